@@ -1,0 +1,1 @@
+"""NGSI notifications to Dagster software-defined assets computed by PySpark."""
