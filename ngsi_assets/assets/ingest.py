@@ -1,0 +1,178 @@
+"""The message store and the NGSI events: thin shells around the pure transforms."""
+
+
+from collections.abc import Sequence
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    BackfillPolicy,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+from dagster_pyspark import LazyPySparkResource
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from ngsi_assets.partitions import hourly_partitions
+from ngsi_assets.transforms.message_store import build_message_store
+from ngsi_assets.transforms.ngsi_events import ngsi_event_rejects, ngsi_messages, to_ngsi_events
+from ngsi_assets.transforms.schemas import MESSAGE_STORE, NGSI_EVENT_REJECTS, NGSI_EVENTS
+from resources.lake import PARTITION_COLUMN, LakeResource, key_to_dt
+from resources.landing import LandingZoneResource
+
+GROUP = "ingest"
+PREVIEW_ROWS = 10
+
+
+def _preview(df: DataFrame, columns: Sequence[str]) -> MetadataValue:
+    """A small markdown table of a few rows (bounded: never grows with the data)."""
+    rows = df.select(*columns).limit(PREVIEW_ROWS).collect()
+    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
+    body = "".join("| " + " | ".join(str(r[c]).replace("|", "\\|")[:60] for c in columns) + " |\n" for r in rows)
+    return MetadataValue.md(head + body)
+
+
+def _counts(df: DataFrame, column: str) -> dict[str, int]:
+    """Row counts per value of a low-cardinality column (the result is small by construction)."""
+    return {str(r[column]): int(r["count"]) for r in df.groupBy(column).count().collect()}
+
+
+@asset(
+    partitions_def=hourly_partitions,
+    backfill_policy=BackfillPolicy.single_run(),
+    group_name=GROUP,
+    kinds={"spark", "parquet"},
+    check_specs=[
+        AssetCheckSpec("every_landed_line_stored", asset="message_store"),
+        AssetCheckSpec("message_identifiers_unique", asset="message_store"),
+    ],
+)
+def message_store(
+    context: AssetExecutionContext,
+    spark: LazyPySparkResource,
+    lake: LakeResource,
+    landing: LandingZoneResource,
+) -> MaterializeResult:
+    """One row per acknowledged message, keyed by message_identifier (seed 004 message store).
+
+    Read from the landing zone for the hours of the run. A message whose guid was received before
+    gets status 5 (previously received) and is not processed further.
+    """
+    keys = context.partition_keys
+    session = spark.spark_session
+    lines = landing.read_lines(session, keys)
+    first_dt = min(key_to_dt(k) for k in keys)
+    earlier = lake.read(session, "message_store", MESSAGE_STORE).where(F.col(PARTITION_COLUMN) < first_dt)
+    lake.replace_partitions(build_message_store(lines, earlier.select("guid")), "message_store", keys)
+
+    stored = lake.read(session, "message_store", MESSAGE_STORE, keys)
+    rows = stored.count()
+    line_count = lines.count()
+    torn = landing.torn_tails(keys)
+    unreadable = line_count - rows
+    distinct_ids = stored.select("message_identifier").distinct().count()
+    return MaterializeResult(
+        metadata={
+            "dagster/row_count": rows,
+            "landing_lines": line_count,
+            "unreadable_lines": unreadable,
+            "torn_tails": torn,
+            "by_status": MetadataValue.json(_counts(stored, "status")),
+            "by_format": MetadataValue.json(_counts(stored, "format")),
+            "preview": _preview(
+                stored,
+                ["message_identifier", "source_entity", "effective_timestamp", "status", "service", "format"],
+            ),
+        },
+        check_results=[
+            AssetCheckResult(
+                check_name="every_landed_line_stored",
+                passed=0 <= unreadable <= torn,
+                description="Every complete landing line is a message store row; only torn tails "
+                "(writes a crash cut short, never acknowledged) may be left out.",
+                metadata={"landing_lines": line_count, "stored": rows, "torn_tails": torn},
+            ),
+            AssetCheckResult(
+                check_name="message_identifiers_unique",
+                passed=distinct_ids == rows,
+                severity=AssetCheckSeverity.ERROR,
+                metadata={"rows": rows, "distinct_message_identifiers": distinct_ids},
+            ),
+        ],
+    )
+
+
+@asset(
+    deps=[message_store],
+    partitions_def=hourly_partitions,
+    backfill_policy=BackfillPolicy.single_run(),
+    group_name=GROUP,
+    kinds={"spark", "parquet"},
+    check_specs=[
+        AssetCheckSpec("every_message_accounted_for", asset="ngsi_events"),
+        AssetCheckSpec("keys_and_time_index_present", asset="ngsi_events"),
+    ],
+)
+def ngsi_events(
+    context: AssetExecutionContext,
+    spark: LazyPySparkResource,
+    lake: LakeResource,
+) -> MaterializeResult:
+    """One row per entity attribute update, keyed by (messageId, entityIndex, attrName, datasetId).
+
+    Cygnus/Draco NGSIEvent columns (recvTimeTs in ms, recvTime, fiwareService, fiwareServicePath,
+    entityId, entityType, attrName, attrType, attrValue, attrMd) plus the QuantumLeap time index,
+    alterationType and the message identifier. NGSI messages, or entities, that yield no event are
+    written to `ngsi_event_rejects` with the reason.
+    """
+    keys = context.partition_keys
+    session = spark.spark_session
+    messages = lake.read(session, "message_store", MESSAGE_STORE, keys)
+    lake.replace_partitions(to_ngsi_events(messages), "ngsi_events", keys)
+    lake.replace_partitions(ngsi_event_rejects(messages), "ngsi_event_rejects", keys)
+
+    events = lake.read(session, "ngsi_events", NGSI_EVENTS, keys)
+    rejects = lake.read(session, "ngsi_event_rejects", NGSI_EVENT_REJECTS, keys)
+    rows = events.count()
+    reject_rows = rejects.count()
+    accounted = events.select("messageId").union(rejects.select("messageId")).distinct()
+    unaccounted = (
+        ngsi_messages(messages)
+        .select(F.col("message_identifier").alias("messageId"))
+        .join(accounted, "messageId", "left_anti")
+    )
+    missing = unaccounted.count()
+    null_keys = events.where(
+        F.col("entityId").isNull() | F.col("attrName").isNull() | F.col("timeIndex").isNull()
+    ).count()
+    return MaterializeResult(
+        metadata={
+            "dagster/row_count": rows,
+            "rejects": reject_rows,
+            "by_time_index_source": MetadataValue.json(_counts(events, "timeIndexSource")),
+            "by_service": MetadataValue.json(_counts(events, "fiwareService")),
+            "preview": _preview(
+                events, ["recvTime", "fiwareService", "entityId", "entityType", "attrName", "attrValue", "timeIndex"]
+            ),
+        },
+        check_results=[
+            AssetCheckResult(
+                check_name="every_message_accounted_for",
+                passed=missing == 0,
+                description="Every NGSI message with status 0 has events or a reject row with its reason.",
+                metadata={
+                    "unaccounted_messages": missing,
+                    "examples": MetadataValue.json([r[0] for r in unaccounted.limit(5).collect()]),
+                },
+            ),
+            AssetCheckResult(
+                check_name="keys_and_time_index_present",
+                passed=null_keys == 0,
+                metadata={"rows_with_null_entityId_attrName_or_timeIndex": null_keys},
+            ),
+        ],
+    )
