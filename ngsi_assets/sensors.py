@@ -1,12 +1,11 @@
 """Sensors: new landing data -> runs for exactly the hours it touches."""
 
-
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from dagster import RunRequest, SensorEvaluationContext, SkipReason, define_asset_job, sensor
+from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SkipReason, define_asset_job, sensor
 
 from ngsi_assets.assets.ingest import message_store, ngsi_events
 from ngsi_assets.ingest.landing import SegmentInfo
@@ -97,7 +96,12 @@ def plan_landing_runs(
     return requests, LandingCursor(tracked, sealed_before, sealed)
 
 
-@sensor(job=ingest_job, minimum_interval_seconds=30, description="Runs the hours that new landing data touches.")
+@sensor(
+    job=ingest_job,
+    minimum_interval_seconds=30,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Runs the hours that new landing data touches.",
+)
 def landing_sensor(context: SensorEvaluationContext, landing: LandingZoneResource) -> Iterator[RunRequest | SkipReason]:
     cursor = LandingCursor.from_json(context.cursor)
     requests, new_cursor = plan_landing_runs(landing.segments(), cursor)
