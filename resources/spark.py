@@ -43,6 +43,10 @@ def default_spark_config(
         "spark.sql.adaptive.enabled": "true",
         "spark.driver.memory": driver_memory or os.environ.get("NGSI_SPARK_DRIVER_MEMORY", "4g"),
         "spark.ui.enabled": "true" if (ui if ui is not None else os.environ.get("NGSI_SPARK_UI") == "1") else "false",
+        "spark.ui.showConsoleProgress": "false",
+        # Off: with it on, Spark splits one from_json into one parse per field it selects, so a
+        # payload is parsed once per column derived from it (measured: 10x slower message_store).
+        "spark.sql.optimizer.enableJsonExpressionOptimization": "false",
         "spark.sql.parquet.compression.codec": "zstd",
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
         "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",

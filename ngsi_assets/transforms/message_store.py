@@ -39,15 +39,16 @@ def parse_landing_lines(lines: DataFrame) -> DataFrame:
     Rows whose line is not a readable envelope (a torn tail left by a crash) have a null
     ``message_id``.
     """
-    head = F.from_json(F.col("value"), ENVELOPE_HEAD)
     # The head is written by orjson, which escapes every '"' inside its strings, so the first
-    # ',"body":' is the real one; the body runs from there to the envelope's closing brace.
-    start = F.instr(F.col("value"), BODY_MARKER) + len(BODY_MARKER)
+    # ',"body":' is the real one: the head is what precedes it, the body runs from there to the
+    # envelope's closing brace. Parsing only the head keeps the (larger) body out of this parse.
+    marker = F.instr(F.col("value"), BODY_MARKER)
+    head_text = F.concat(F.expr("substring(value, 1, instr(value, '" + BODY_MARKER + "') - 1)"), F.lit("}"))
+    head = F.when(marker > 0, F.from_json(head_text, ENVELOPE_HEAD))
     body = F.expr(f"substring(value, instr(value, '{BODY_MARKER}') + {len(BODY_MARKER)})")
     return lines.select(
-        *[head[f.name].alias(f.name) for f in ENVELOPE_HEAD.fields],
-        F.when(start > len(BODY_MARKER), F.regexp_replace(body, r"\}\s*$", "")).alias("body"),
-    )
+        F.when(marker > 0, F.regexp_replace(body, r"\}\s*$", "")).alias("body"), head.alias("_h")
+    ).select(*[F.col("_h")[f.name].alias(f.name) for f in ENVELOPE_HEAD.fields], "body")
 
 
 def readable_envelopes(envelopes: DataFrame) -> DataFrame:
