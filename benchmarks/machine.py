@@ -1,0 +1,30 @@
+"""What machine a benchmark ran on, for BENCHMARKS.md."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+
+
+def describe_machine() -> str:
+    """One line: CPU model, cores, memory, OS, Python and Java versions."""
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    java = "no java"
+    if shutil.which("java"):
+        out = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+        java = out[0] if out else java
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {mem_gib:.0f} GiB, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, {java}"
+    )

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The main job (`make demo`): on a fresh Debian 12 machine, set up .venv, then generate a city of
+# NGSI notifications, post them over HTTP to the receiver, and materialize message_store and
+# ngsi_events with Spark on the embedded default (local Spark, SQLite Dagster instance, local lake).
+# Arguments go to `python -m ngsi_assets.demo.run` (e.g. --notifications 20000 --hours 6).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
+
+mapfile -t packages < <(runtime_packages)
+if [[ ${#packages[@]} -gt 0 ]]; then
+    apt_install "${packages[@]}"
+fi
+ensure_venv
+exec .venv/bin/python -m ngsi_assets.demo.run "$@"
