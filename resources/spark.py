@@ -41,6 +41,8 @@ def default_spark_config(
             shuffle_partitions or int(os.environ.get("NGSI_SPARK_SHUFFLE_PARTITIONS", max(4, cores * 2)))
         ),
         "spark.sql.adaptive.enabled": "true",
+        # Landing segments are large single files; smaller splits keep every core busy.
+        "spark.sql.files.maxPartitionBytes": os.environ.get("NGSI_SPARK_MAX_PARTITION_BYTES", str(16 * 2**20)),
         "spark.driver.memory": driver_memory or os.environ.get("NGSI_SPARK_DRIVER_MEMORY", "4g"),
         "spark.ui.enabled": "true" if (ui if ui is not None else os.environ.get("NGSI_SPARK_UI") == "1") else "false",
         "spark.ui.showConsoleProgress": "false",

@@ -14,7 +14,8 @@ from ngsi_assets.transforms.schemas import ENVELOPE_HEAD, MESSAGE_STORE
 
 BODY_MARKER = ',"body":'
 
-# The body fields the message store keeps as columns; `data` keeps its raw JSON text.
+# The body fields the message store keeps as columns. Entities are read for their type only: the
+# parser skips everything else without copying it.
 _BODY = StructType(
     [
         StructField("subscriptionId", StringType()),
@@ -25,11 +26,10 @@ _BODY = StructType(
         StructField("refresh", StringType()),
         StructField("source", StringType()),
         StructField("user", StringType()),
-        StructField("data", StringType()),
+        StructField("data", ArrayType(StructType([StructField("type", StringType())]))),
         StructField("type", StringType()),
     ]
 )
-_TYPES_ONLY = ArrayType(StructType([StructField("type", StringType())]))
 _SIMPLIFIED = (Format.SIMPLIFIED_NORMALIZED.value, Format.SIMPLIFIED_KEY_VALUES.value)
 
 
@@ -64,18 +64,18 @@ def unreadable_lines(envelopes: DataFrame) -> DataFrame:
 def to_message_store(envelopes: DataFrame) -> DataFrame:
     """One row per acknowledged message, keyed by ``message_identifier``; status 0 (received).
 
-    ``data`` is the JSON text of the records: the ``data`` array of a generic message, NGSI v2
-    normalized/keyValues or NGSI-LD notification, or ``[entity]`` for the simplified formats.
+    ``data`` is the message body exactly as it was received (JSON text): the records of a generic
+    message are its ``data`` array, the entities of a notification its ``data`` array, or the body
+    itself for the simplified NGSI v2 formats. Keeping the bytes verbatim loses nothing (number
+    spellings included) and spares a re-serialisation.
     """
     env = readable_envelopes(envelopes)
     b = F.from_json(F.col("body"), _BODY)
     is_message = F.col("kind") == Kind.MESSAGE.value
     simplified = F.col("format").isin(*_SIMPLIFIED)
-    data = F.when(simplified, F.concat(F.lit("["), F.col("body"), F.lit("]"))).otherwise(F.col("_b.data"))
     recv_ts = F.timestamp_millis(F.col("recv_ms"))
-    entity_types = F.array_join(
-        F.array_sort(F.array_distinct(F.transform(F.from_json(F.col("data"), _TYPES_ONLY), lambda e: e["type"]))),
-        ",",
+    entity_types = F.when(simplified, F.col("_b.type")).otherwise(
+        F.array_join(F.array_sort(F.array_distinct(F.transform(F.col("_b.data"), lambda e: e["type"]))), ",")
     )
     msg_ts = F.expr("try_cast(_b.timestamp as timestamp)")
     ld_ts = F.expr("try_cast(_b.notifiedAt as timestamp)")
@@ -85,37 +85,31 @@ def to_message_store(envelopes: DataFrame) -> DataFrame:
         .otherwise(recv_ts)
     )
     bad_ts = is_message & msg_ts.isNull()
-    out = (
-        env.withColumn("_b", b)
-        .withColumn("data", data)
-        .select(
-            F.col("message_id").alias("message_identifier"),
-            F.when(is_message, F.col("_b.entity")).otherwise(entity_types).alias("source_entity"),
-            recv_ts.alias("message_timestamp"),
-            effective.alias("effective_timestamp"),
-            F.col("data"),
-            F.when(bad_ts, F.lit(int(MessageStatus.ERROR)))
-            .otherwise(F.lit(int(MessageStatus.RECEIVED)))
-            .cast("int")
-            .alias("status"),
-            F.when(bad_ts, F.concat(F.lit("timestamp: not an ISO 8601 time: "), F.col("_b.timestamp"))).alias(
-                "error_text"
-            ),
-            F.col("recv_ms"),
-            F.col("kind"),
-            F.col("format"),
-            F.col("service"),
-            F.col("service_path"),
-            F.col("correlator"),
-            F.col("cbnotif"),
-            F.coalesce(F.col("guid"), F.when(is_message, F.col("_b.guid"))).alias("guid"),
-            F.col("origin"),
-            F.col("_b.subscriptionId").alias("subscription_id"),
-            F.when(is_message, F.coalesce(F.expr("try_cast(_b.refresh as boolean)"), F.lit(False))).alias("refresh"),
-            F.col("_b.source").alias("source_system"),
-            F.col("_b.user").alias("user"),
-            F.date_format(recv_ts, "yyyy-MM-dd-HH").alias("dt"),
-        )
+    out = env.withColumn("_b", b).select(
+        F.col("message_id").alias("message_identifier"),
+        F.when(is_message, F.col("_b.entity")).otherwise(entity_types).alias("source_entity"),
+        recv_ts.alias("message_timestamp"),
+        effective.alias("effective_timestamp"),
+        F.col("body").alias("data"),
+        F.when(bad_ts, F.lit(int(MessageStatus.ERROR)))
+        .otherwise(F.lit(int(MessageStatus.RECEIVED)))
+        .cast("int")
+        .alias("status"),
+        F.when(bad_ts, F.concat(F.lit("timestamp: not an ISO 8601 time: "), F.col("_b.timestamp"))).alias("error_text"),
+        F.col("recv_ms"),
+        F.col("kind"),
+        F.col("format"),
+        F.col("service"),
+        F.col("service_path"),
+        F.col("correlator"),
+        F.col("cbnotif"),
+        F.coalesce(F.col("guid"), F.when(is_message, F.col("_b.guid"))).alias("guid"),
+        F.col("origin"),
+        F.col("_b.subscriptionId").alias("subscription_id"),
+        F.when(is_message, F.coalesce(F.expr("try_cast(_b.refresh as boolean)"), F.lit(False))).alias("refresh"),
+        F.col("_b.source").alias("source_system"),
+        F.col("_b.user").alias("user"),
+        F.date_format(recv_ts, "yyyy-MM-dd-HH").alias("dt"),
     )
     return out.select(*MESSAGE_STORE.fieldNames())
 
@@ -125,16 +119,16 @@ def mark_duplicate_guids(messages: DataFrame, earlier_guids: DataFrame) -> DataF
 
     "Before" means in an earlier hour (``earlier_guids``: one ``guid`` column) or earlier in these
     hours, ordered by receive time then message identifier, so the first arrival keeps its status.
+    Only messages that carry a guid are shuffled; the rest (most NGSI notifications) pass through.
     """
+    with_guid = messages.where(F.col("guid").isNotNull())
     first = Window.partitionBy("guid").orderBy("recv_ms", "message_identifier")
-    seen = earlier_guids.select("guid").where(F.col("guid").isNotNull()).distinct().withColumn("_seen", F.lit(True))
+    seen = earlier_guids.where(F.col("guid").isNotNull()).select("guid").distinct().withColumn("_seen", F.lit(True))
+    dup = F.coalesce(F.col("_seen"), F.lit(False)) | (F.row_number().over(first) > 1)
     flagged = (
-        messages.join(seen, on="guid", how="left")
-        .withColumn("_rank", F.when(F.col("guid").isNotNull(), F.row_number().over(first)))
-        .withColumn("_dup", F.coalesce(F.col("_seen"), F.lit(False)) | (F.coalesce(F.col("_rank"), F.lit(1)) > 1))
-    )
-    return (
-        flagged.withColumn(
+        with_guid.join(seen, on="guid", how="left")
+        .withColumn("_dup", dup)
+        .withColumn(
             "status", F.when(F.col("_dup"), F.lit(int(MessageStatus.PREVIOUSLY_RECEIVED))).otherwise(F.col("status"))
         )
         .withColumn(
@@ -142,6 +136,7 @@ def mark_duplicate_guids(messages: DataFrame, earlier_guids: DataFrame) -> DataF
         )
         .select(*MESSAGE_STORE.fieldNames())
     )
+    return messages.where(F.col("guid").isNull()).select(*MESSAGE_STORE.fieldNames()).unionByName(flagged)
 
 
 def build_message_store(lines: DataFrame, earlier_guids: DataFrame) -> DataFrame:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, MapType, StringType
+from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
 
 from ngsi_assets.ngsi.constants import (
     ATTR_ALTERATION_TYPE,
@@ -32,6 +32,8 @@ _LD_VALUE_KEYS = ("value", "object", "languageMap", "json", "vocab")
 _NORMALIZED = (Format.NORMALIZED.value, Format.SIMPLIFIED_NORMALIZED.value)
 _RAW_MAP = MapType(StringType(), StringType())
 _RAW_LIST = ArrayType(StringType())
+_SIMPLIFIED = (Format.SIMPLIFIED_NORMALIZED.value, Format.SIMPLIFIED_KEY_VALUES.value)
+_NOTIFICATION = StructType([StructField("data", ENTITY_LIST)])
 
 
 def ngsi_messages(message_store: DataFrame) -> DataFrame:
@@ -42,11 +44,19 @@ def ngsi_messages(message_store: DataFrame) -> DataFrame:
 
 
 def explode_entities(messages: DataFrame) -> DataFrame:
-    """One row per notified entity: ``entity`` (a map of raw JSON text), ``entityIndex``, its path."""
+    """One row per notified entity: ``entity`` (a map of raw JSON text), ``entityIndex``, its path.
+
+    The entities are the ``data`` array of the notification, or the body itself in the simplified
+    NGSI v2 formats.
+    """
     paths = F.split(F.col("service_path"), ",")
+    simplified = F.col("format").isin(*_SIMPLIFIED)
+    entities = F.when(simplified, F.array(F.from_json(F.col("data"), _RAW_MAP))).otherwise(
+        F.from_json(F.col("data"), _NOTIFICATION)["data"]
+    )
     return messages.select(
         "*",
-        F.posexplode_outer(F.from_json(F.col("data"), ENTITY_LIST)).alias("entityIndex", "entity"),
+        F.posexplode_outer(entities).alias("entityIndex", "entity"),
     ).withColumn(
         "entityServicePath",
         F.trim(F.when(F.size(paths) == 1, paths[0]).otherwise(F.get(paths, F.col("entityIndex")))),

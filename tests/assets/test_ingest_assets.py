@@ -159,7 +159,7 @@ def test_message_store_full_table(spark: SparkSession, landing_and_lake: tuple[P
         ]
     )  # fmt: skip
     data = LakeResource(root=str(lake)).read(spark, "message_store", MESSAGE_STORE).where("message_identifier='m05'")
-    assert json.loads(data.first()["data"]) == PRODUCT["data"]
+    assert json.loads(data.first()["data"]) == PRODUCT
 
 
 def test_ngsi_events_full_table(spark: SparkSession, landing_and_lake: tuple[Path, Path]) -> None:
