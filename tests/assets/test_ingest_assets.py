@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, materialize
+from dagster import DagsterInstance, Definitions, define_asset_job, in_process_executor, materialize
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
@@ -214,3 +215,39 @@ def test_rerunning_a_partition_changes_nothing(spark: SparkSession, landing_and_
     }
     assert first == again
     assert len(first["message_store"]) == 5 and len(first["ngsi_events"]) == 8
+
+
+def test_backfill_of_several_hours_is_one_run_equal_to_hourly_runs(
+    spark: SparkSession, landing_and_lake: tuple[Path, Path], tmp_path: Path
+) -> None:
+
+    landing, lake = landing_and_lake
+    _run(landing, lake, H10)
+    _run(landing, lake, H11)
+    datasets = [
+        ("message_store", MESSAGE_STORE),
+        ("ngsi_events", NGSI_EVENTS),
+        ("ngsi_event_rejects", NGSI_EVENT_REJECTS),
+    ]
+    hourly = {name: _rows(spark, lake, name, schema, schema.fieldNames()) for name, schema in datasets}
+
+    backfill_lake = tmp_path / "lake-backfill"
+    defs = Definitions(
+        assets=[message_store, ngsi_events],
+        jobs=[define_asset_job("j", selection=[message_store, ngsi_events])],
+        resources=_resources(landing, backfill_lake),
+        executor=in_process_executor,
+    )
+    result = defs.get_job_def("j").execute_in_process(
+        instance=DagsterInstance.ephemeral(),
+        tags={ASSET_PARTITION_RANGE_START_TAG: H10, ASSET_PARTITION_RANGE_END_TAG: H11},
+    )
+    assert result.success
+    # One run, one step per asset, each covering both hours.
+    assert sorted(e.step_key for e in result.all_events if e.event_type_value == "STEP_START") == [
+        "message_store",
+        "ngsi_events",
+    ]
+    backfilled = {name: _rows(spark, backfill_lake, name, schema, schema.fieldNames()) for name, schema in datasets}
+    assert backfilled == hourly
+    assert {r[-1] for r in backfilled["message_store"]} == {"2026-03-01-10", "2026-03-01-11"}
