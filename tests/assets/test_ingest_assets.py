@@ -251,3 +251,47 @@ def test_backfill_of_several_hours_is_one_run_equal_to_hourly_runs(
     backfilled = {name: _rows(spark, backfill_lake, name, schema, schema.fieldNames()) for name, schema in datasets}
     assert backfilled == hourly
     assert {r[-1] for r in backfilled["message_store"]} == {"2026-03-01-10", "2026-03-01-11"}
+
+
+def _check(landing: Path, lake: Path, key: str) -> dict[str, bool]:
+    result = materialize(
+        [message_store, ngsi_events],
+        partition_key=key,
+        resources=_resources(landing, lake),
+        instance=DagsterInstance.ephemeral(),
+    )
+    assert result.success
+    return {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+
+
+def test_a_corrupt_complete_landing_line_fails_the_check(
+    spark: SparkSession, landing_and_lake: tuple[Path, Path]
+) -> None:
+    landing, lake = landing_and_lake
+    segment = next((landing / "dt=2026-03-01-10").glob("*.jsonl"))
+    with open(segment, "ab") as f:
+        f.write(b'{"message_id":"bad","recv_ms":1,"body":{"truncated"\n')  # complete line, not an envelope
+    checks = _check(landing, lake, H10)
+    assert checks["every_landed_line_stored"] is False
+    assert checks["every_message_accounted_for"] is True
+
+
+def test_a_torn_tail_passes_the_check(spark: SparkSession, landing_and_lake: tuple[Path, Path]) -> None:
+    landing, lake = landing_and_lake
+    segment = next((landing / "dt=2026-03-01-10").glob("*.jsonl"))
+    with open(segment, "ab") as f:
+        f.write(b'{"message_id":"torn","recv_ms":1,"ki')  # a crash mid-write: never acknowledged
+    assert _check(landing, lake, H10)["every_landed_line_stored"] is True
+
+
+def test_events_missing_for_a_message_fail_the_check(
+    spark: SparkSession, landing_and_lake: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ngsi_assets.assets.ingest as ingest_assets
+
+    real = ingest_assets.to_ngsi_events
+    monkeypatch.setattr(ingest_assets, "to_ngsi_events", lambda ms: real(ms).where("messageId != 'm01'"))
+    landing, lake = landing_and_lake
+    checks = _check(landing, lake, H10)
+    assert checks["every_message_accounted_for"] is False
+    assert checks["every_landed_line_stored"] is True

@@ -1,0 +1,194 @@
+"""The ``ngsi-assets`` command line.
+
+Subcommands live in :data:`COMMANDS` (name -> :class:`Command`); adding one is adding an entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from ngsi_assets.ngsi.constants import DEFAULT_SERVICE, DEFAULT_SERVICE_PATH
+from ngsi_assets.ngsi.payloads import Endpoint, IngestSettings
+
+LANDING_ROOT_ENV = "NGSI_LANDING_ROOT"
+DEFAULT_LANDING_ROOT = ".data/landing"
+DEFAULT_PORT = 5050
+DEFAULT_MAX_BODY_BYTES = 1_048_576
+
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its help line, how it declares its arguments, and what it runs."""
+
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def _default_landing_root() -> Path:
+    return Path(os.environ.get(LANDING_ROOT_ENV) or DEFAULT_LANDING_ROOT)
+
+
+def _add_landing_root(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--landing-root",
+        type=Path,
+        default=None,
+        help=f"landing zone folder (default: ${LANDING_ROOT_ENV} or {DEFAULT_LANDING_ROOT})",
+    )
+
+
+def _add_ingest_settings(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("validation")
+    group.add_argument("--default-service", default=DEFAULT_SERVICE, help="service when Fiware-Service is absent")
+    group.add_argument(
+        "--default-service-path",
+        default=DEFAULT_SERVICE_PATH,
+        help="service path when Fiware-ServicePath is absent",
+    )
+    group.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="largest body accepted")
+    group.add_argument(
+        "--guid-from-correlator",
+        action="store_true",
+        help="use Fiware-Correlator as the message guid when X-Message-Guid is absent",
+    )
+
+
+def _add_writer_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("landing writer")
+    group.add_argument("--max-segment-bytes", type=int, default=None, help="roll segments at this size")
+    group.add_argument("--max-batch", type=int, default=None, help="most lines per group commit")
+    group.add_argument(
+        "--max-delay-ms", type=float, default=None, help="wait this long for a group commit to fill (default 0)"
+    )
+
+
+def _settings(args: argparse.Namespace) -> IngestSettings:
+    return IngestSettings(
+        default_service=args.default_service,
+        default_service_path=args.default_service_path,
+        max_body_bytes=args.max_body_bytes,
+        guid_from_correlator=args.guid_from_correlator,
+    )
+
+
+def _landing_root(args: argparse.Namespace) -> Path:
+    return args.landing_root if args.landing_root is not None else _default_landing_root()
+
+
+# ---- serve -----------------------------------------------------------------------------------
+
+
+def _configure_serve(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="receiver processes sharing the port via SO_REUSEPORT, each with its own writer (default 1)",
+    )
+    _add_landing_root(parser)
+    _add_ingest_settings(parser)
+    _add_writer_options(parser)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from ngsi_assets.ingest.receiver import WriterOptions, serve
+
+    serve(
+        args.host,
+        args.port,
+        _landing_root(args),
+        _settings(args),
+        workers=args.workers,
+        writer_options=WriterOptions(
+            max_segment_bytes=args.max_segment_bytes, max_batch=args.max_batch, max_delay_ms=args.max_delay_ms
+        ),
+    )
+    return 0
+
+
+# ---- load ------------------------------------------------------------------------------------
+
+
+def _configure_load(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", type=Path, help=".jsonl/.ndjson request files, .json bodies, folders")
+    _add_landing_root(parser)
+    parser.add_argument(
+        "--endpoint",
+        choices=[e.value for e in Endpoint],
+        default=Endpoint.NOTIFY.value,
+        help="endpoint for .json bodies and for lines without one (default notify)",
+    )
+    parser.add_argument("--service", default=None, help="Fiware-Service header")
+    parser.add_argument("--service-path", default=None, help="Fiware-ServicePath header")
+    parser.add_argument("--attrs-format", default=None, help="Ngsiv2-AttrsFormat header")
+    parser.add_argument("--content-type", default="application/json", help="Content-Type header")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_ingest_settings(parser)
+    _add_writer_options(parser)
+
+
+def _run_load(args: argparse.Namespace) -> int:
+    from ngsi_assets.ingest.loader import default_headers, format_report, load_paths
+    from ngsi_assets.ingest.receiver import WriterOptions
+    from ngsi_assets.ngsi.envelope import MessageIdFactory
+
+    options = WriterOptions(
+        max_segment_bytes=args.max_segment_bytes, max_batch=args.max_batch, max_delay_ms=args.max_delay_ms
+    )
+    with options.open(_landing_root(args)) as writer:
+        report = load_paths(
+            args.paths,
+            writer,
+            _settings(args),
+            MessageIdFactory(),
+            endpoint=Endpoint(args.endpoint),
+            headers=default_headers(
+                service=args.service,
+                service_path=args.service_path,
+                attrs_format=args.attrs_format,
+                content_type=args.content_type,
+            ),
+        )
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        for line in format_report(report):
+            print(line)
+    if report.write_error:
+        return 2
+    return 0 if report.ok else 1
+
+
+COMMANDS: dict[str, Command] = {
+    "serve": Command("run the notification receiver", _configure_serve, _run_serve),
+    "load": Command("land notifications from files through the receiver's validation", _configure_load, _run_load),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ngsi-assets", description="FIWARE NGSI notifications as Dagster assets")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, command in COMMANDS.items():
+        sub_parser = sub.add_parser(name, help=command.help, description=command.help)
+        command.configure(sub_parser)
+        sub_parser.set_defaults(_run=command.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args._run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
