@@ -238,7 +238,7 @@ def test_backfill_of_several_hours_is_one_run_equal_to_hourly_runs(
         resources=_resources(landing, backfill_lake),
         executor=in_process_executor,
     )
-    result = defs.get_job_def("j").execute_in_process(
+    result = defs.resolve_job_def("j").execute_in_process(
         instance=DagsterInstance.ephemeral(),
         tags={ASSET_PARTITION_RANGE_START_TAG: H10, ASSET_PARTITION_RANGE_END_TAG: H11},
     )
