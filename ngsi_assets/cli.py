@@ -57,7 +57,7 @@ def _add_ingest_settings(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--guid-from-correlator",
         action="store_true",
-        help="use Fiware-Correlator as the message guid when X-Message-Guid is absent",
+        help="without X-Message-Guid, use '<Fiware-Correlator>;cbnotif=<N>' as the message guid (dedup key)",
     )
 
 

@@ -245,13 +245,10 @@ class LandingWriter:
             if self._closing:
                 return None
             self._sleep()
-        if self.max_delay_s:
-            deadline = time.monotonic() + self.max_delay_s
-            while len(self._queue) < self.max_batch and not self._closing:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._sleep(remaining)
+        if self.max_delay_s and len(self._queue) < self.max_batch and not self._closing:
+            # Not announced as idle, so producers do not wake us per append; only close() does.
+            self._wakeup.wait(self.max_delay_s)
+            self._wakeup.clear()
         batch: list[_Request] = []
         taken = 0
         queue = self._queue
@@ -446,6 +443,32 @@ def _settle(futures: list[asyncio.Future[None]], error: BaseException | None) ->
             future.set_result(None)
         else:
             future.set_exception(error)
+
+
+# Where the text fields of an envelope come from, for error messages about them.
+FIELD_SOURCES = {
+    "service": "header Fiware-Service",
+    "service_path": "header Fiware-ServicePath",
+    "correlator": "header Fiware-Correlator",
+    "guid": "header X-Message-Guid",
+}
+
+
+def unwritable_field(envelope: Envelope) -> str | None:
+    """The first text field of ``envelope`` that is not valid Unicode, so no JSON line can hold it.
+
+    Header bytes that are not UTF-8 reach Python as lone surrogates (aiohttp decodes headers with
+    ``surrogateescape``); such an envelope is the client's fault and must be refused, not written.
+    """
+    for name in ("message_id", "kind", "format", "service", "service_path", "correlator", "guid", "origin"):
+        value = getattr(envelope, name)
+        if value is None:
+            continue
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return name
+    return None
 
 
 # ---- readers ---------------------------------------------------------------------------------

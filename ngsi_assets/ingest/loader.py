@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from ngsi_assets.ingest.landing import LandingWriter
+from ngsi_assets.ingest.landing import FIELD_SOURCES, LandingWriter, unwritable_field
 from ngsi_assets.ngsi.envelope import Envelope, MessageIdFactory
 from ngsi_assets.ngsi.payloads import Endpoint, IngestSettings, PayloadError, validate_request
 
@@ -155,21 +155,24 @@ def load_paths(
             report.rejections.append(Rejection(item.source, 400, "body", f"{type(exc).__name__}: {exc}"))
             continue
         now_ms = int(clock() * 1000)
-        pending.append(
-            Envelope(
-                message_id=ids.new(now_ms),
-                recv_ms=now_ms,
-                kind=str(message.kind),
-                format=str(message.format),
-                service=message.service,
-                service_path=message.service_path,
-                correlator=message.correlator,
-                cbnotif=message.cbnotif,
-                guid=message.guid,
-                origin=item.origin,
-                body=message.body,
-            )
+        envelope = Envelope(
+            message_id=ids.new(now_ms),
+            recv_ms=now_ms,
+            kind=str(message.kind),
+            format=str(message.format),
+            service=message.service,
+            service_path=message.service_path,
+            correlator=message.correlator,
+            cbnotif=message.cbnotif,
+            guid=message.guid,
+            origin=item.origin,
+            body=message.body,
         )
+        if (name := unwritable_field(envelope)) is not None:
+            where = FIELD_SOURCES.get(name, name)
+            report.rejections.append(Rejection(item.source, 400, where, "not valid UTF-8 text"))
+            continue
+        pending.append(envelope)
         if len(pending) >= batch_size and not flush():
             return report
     flush()
@@ -201,30 +204,39 @@ def _expand(paths: Sequence[Path], report: LoadReport) -> Iterator[Path | Reject
         elif path.is_file():
             yield path
         else:
-            yield Rejection(str(path), 400, "path", "no such file or folder")
+            yield Rejection(_shown(path), 400, "path", "no such file or folder")
+
+
+def _shown(path: Path | str) -> str:
+    # File names that are not UTF-8 (surrogate-escaped by Python) must still print and land as text.
+    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _origin(path: Path) -> str:
+    return "file:" + _shown(path.name)
 
 
 def _json_file(path: Path, endpoint: Endpoint, headers: Mapping[str, str]) -> Iterator[_Request | Rejection]:
     try:
         body = path.read_bytes()
     except OSError as exc:
-        yield Rejection(str(path), 400, "path", f"cannot read: {exc.strerror or exc}")
+        yield Rejection(_shown(path), 400, "path", f"cannot read: {exc.strerror or exc}")
         return
-    yield _Request(str(path), f"file:{path.name}", endpoint, dict(headers), body)
+    yield _Request(_shown(path), _origin(path), endpoint, dict(headers), body)
 
 
 def _json_lines(path: Path, endpoint: Endpoint, headers: Mapping[str, str]) -> Iterator[_Request | Rejection]:
-    origin = f"file:{path.name}"
+    origin, shown = _origin(path), _shown(path)
     try:
         f = path.open("rb")
     except OSError as exc:
-        yield Rejection(str(path), 400, "path", f"cannot read: {exc.strerror or exc}")
+        yield Rejection(_shown(path), 400, "path", f"cannot read: {exc.strerror or exc}")
         return
     with f:
         for number, raw in enumerate(f, start=1):
             if not raw.strip():
                 continue
-            source = f"{path}:{number}"
+            source = f"{shown}:{number}"
             try:
                 line_endpoint, line_headers, body = _parse_line(raw, endpoint, headers)
             except _LineError as exc:

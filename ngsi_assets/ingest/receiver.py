@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.metadata
+import json
 import multiprocessing
 import os
 import platform
@@ -35,7 +36,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from ngsi_assets.ingest.landing import LandingWriteError, LandingWriter, WriterClosedError
+from ngsi_assets.ingest.landing import (
+    FIELD_SOURCES,
+    LandingWriteError,
+    LandingWriter,
+    WriterClosedError,
+    unwritable_field,
+)
 from ngsi_assets.ngsi.envelope import Envelope, MessageIdFactory
 from ngsi_assets.ngsi.payloads import Endpoint, IngestSettings, PayloadError, validate_request
 
@@ -64,7 +71,11 @@ STATE = web.AppKey("ngsi_receiver_state", ReceiverState)
 
 
 def _json(status: int, payload: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> web.Response:
-    return web.Response(status=status, body=orjson.dumps(payload), content_type="application/json", headers=headers)
+    try:
+        body = orjson.dumps(payload)
+    except TypeError:  # client text with lone surrogates quoted in an error: escape it instead
+        body = json.dumps(payload, default=str).encode()
+    return web.Response(status=status, body=body, content_type="application/json", headers=headers)
 
 
 def _error_body(error: str, field_name: str | None, description: str) -> dict[str, Any]:
@@ -137,6 +148,10 @@ def _ingest_handler(endpoint: Endpoint) -> Handler:
         )
         try:
             await state.writer.append(envelope)
+        except (TypeError, ValueError) as exc:  # raised while rendering the line, before any write
+            name = unwritable_field(envelope)
+            where = FIELD_SOURCES.get(name or "", name or "headers")
+            return _reject(state, PayloadError(400, where, f"not valid UTF-8 text: {exc}"))
         except (LandingWriteError, WriterClosedError, OSError) as exc:
             state.failed += 1
             state.last_write_error = str(exc)
