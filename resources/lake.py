@@ -123,8 +123,13 @@ class LakeResource(ConfigurableResource):
             df = df.where(df[PARTITION_COLUMN].isin(dts))
         return df
 
-    def replace_partitions(self, df: DataFrame, dataset: str, partition_keys: Sequence[str]) -> None:
+    def replace_partitions(
+        self, df: DataFrame, dataset: str, partition_keys: Sequence[str], *, no_dictionary: Sequence[str] = ()
+    ) -> None:
         """Write ``df`` (which has a ``dt`` column) as exactly the hours ``partition_keys``.
+
+        ``no_dictionary`` names columns whose values are nearly all distinct (message bodies):
+        Parquet's dictionary encoding only costs time there.
 
         Rows are staged first; each hour's folder is then swapped in, so a reader sees the old or
         the new hour, and an hour that now has no rows is emptied rather than left stale. Rows whose
@@ -136,7 +141,10 @@ class LakeResource(ConfigurableResource):
         if not dts:
             return
         staging = f"{self.root.rstrip('/')}/{STAGING}/{dataset}/{uuid.uuid4().hex}"
-        df.write.mode("overwrite").partitionBy(PARTITION_COLUMN).parquet(staging)
+        writer = df.write.mode("overwrite").partitionBy(PARTITION_COLUMN)
+        for column in no_dictionary:
+            writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
+        writer.parquet(staging)
         stray = sorted(set(fs.list_partition_values(staging)) - set(dts))
         if stray:
             fs.delete(staging)

@@ -74,7 +74,9 @@ def message_store(
     lines = landing.read_lines(session, keys)
     first_dt = min(key_to_dt(k) for k in keys)
     earlier = lake.read(session, "message_store", MESSAGE_STORE).where(F.col(PARTITION_COLUMN) < first_dt)
-    lake.replace_partitions(build_message_store(lines, earlier.select("guid")), "message_store", keys)
+    lake.replace_partitions(
+        build_message_store(lines, earlier.select("guid")), "message_store", keys, no_dictionary=["data"]
+    )
 
     stored = lake.read(session, "message_store", MESSAGE_STORE, keys)
     counts = _breakdown(stored, "status", "format")

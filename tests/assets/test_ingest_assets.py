@@ -101,8 +101,8 @@ def landing_and_lake(tmp_path: Path) -> tuple[Path, Path]:
                 _env("m02", T10 + 1, "ngsi-v2", "keyValues", "environment", "/north,/south", AIR),
                 _env("m03", T10 + 2, "ngsi-ld", "ld-normalized", "parking", "/", PARKING),
                 _env("m04", T10 + 3, "ngsi-v2", "simplifiedKeyValues", "waste", "/containers", WASTE_EMPTY),
-                _env("m05", T10 + 4, "message", "datahub", "default", "/", PRODUCT),
-                _env("m06", T11, "message", "datahub", "default", "/", PRODUCT),  # same guid, next hour
+                _env("m05", T10 + 4, "message", "datahub", "default", "/", PRODUCT, guid="g-1"),
+                _env("m06", T11, "message", "datahub", "default", "/", PRODUCT, guid="g-1"),  # same guid, next hour
             ]
         )
     return landing, tmp_path / "lake"
