@@ -28,7 +28,7 @@ def build_landing(root: Path, target_updates: int, recv_ms: int) -> int:
     """Land city requests worth about ``target_updates`` attribute updates; returns the messages landed."""
     from ngsi_assets.demo.city import generate_city
     from ngsi_assets.ingest.landing import LandingWriter
-    from ngsi_assets.ngsi.envelope import Envelope, MessageIdFactory
+    from ngsi_assets.ngsi.envelope import MessageIdFactory
     from ngsi_assets.ngsi.payloads import Endpoint, IngestSettings, PayloadError, validate_request
 
     per_request = 4.2  # the city's mean attribute updates per notification
@@ -41,10 +41,7 @@ def build_landing(root: Path, target_updates: int, recv_ms: int) -> int:
             vm = validate_request(Endpoint(req.endpoint), req.headers, req.data(), settings)
         except PayloadError:
             continue
-        envelopes.append(
-            Envelope(ids.new(recv_ms), recv_ms + i // 100, vm.kind.value, vm.format.value, vm.service,
-                     vm.service_path, vm.correlator, vm.cbnotif, vm.guid, "bench", vm.body)
-        )  # fmt: skip
+        envelopes.append(vm.stamp(ids.new(recv_ms), recv_ms + i // 100, "bench"))
     with LandingWriter(root) as writer:
         for start in range(0, len(envelopes), 10_000):
             writer.append_many_blocking(envelopes[start : start + 10_000])

@@ -8,9 +8,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
 
-mapfile -t packages < <(runtime_packages)
-if [[ ${#packages[@]} -gt 0 ]]; then
-    apt_install "${packages[@]}"
-fi
-ensure_venv
+prepare_runtime
 exec .venv/bin/python -m ngsi_assets.demo.run "$@"

@@ -8,11 +8,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
 
-mapfile -t packages < <(runtime_packages)
-if [[ ${#packages[@]} -gt 0 ]]; then
-    apt_install "${packages[@]}"
-fi
-ensure_venv
+prepare_runtime
 
 export NGSI_DATA_ROOT=${NGSI_DATA_ROOT:-$(pwd)/.data}
 export NGSI_LANDING_ROOT=${NGSI_LANDING_ROOT:-$NGSI_DATA_ROOT/landing}

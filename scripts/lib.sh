@@ -63,3 +63,13 @@ ensure_venv() {
     PYSPARK_DRIVER_PYTHON="$PYSPARK_PYTHON"
     export PYSPARK_PYTHON PYSPARK_DRIVER_PYTHON
 }
+
+# prepare_runtime [EXTRA]: what the main job and the dev server need: Java, Python's venv, .venv.
+prepare_runtime() {
+    local packages
+    mapfile -t packages < <(runtime_packages)
+    if [[ ${#packages[@]} -gt 0 ]]; then
+        apt_install "${packages[@]}"
+    fi
+    ensure_venv "$@"
+}

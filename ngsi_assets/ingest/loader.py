@@ -155,19 +155,7 @@ def load_paths(
             report.rejections.append(Rejection(item.source, 400, "body", f"{type(exc).__name__}: {exc}"))
             continue
         now_ms = int(clock() * 1000)
-        envelope = Envelope(
-            message_id=ids.new(now_ms),
-            recv_ms=now_ms,
-            kind=str(message.kind),
-            format=str(message.format),
-            service=message.service,
-            service_path=message.service_path,
-            correlator=message.correlator,
-            cbnotif=message.cbnotif,
-            guid=message.guid,
-            origin=item.origin,
-            body=message.body,
-        )
+        envelope = message.stamp(ids.new(now_ms), now_ms, item.origin)
         if (name := unwritable_field(envelope)) is not None:
             where = FIELD_SOURCES.get(name, name)
             report.rejections.append(Rejection(item.source, 400, where, "not valid UTF-8 text"))

@@ -43,7 +43,7 @@ from ngsi_assets.ingest.landing import (
     WriterClosedError,
     unwritable_field,
 )
-from ngsi_assets.ngsi.envelope import Envelope, MessageIdFactory
+from ngsi_assets.ngsi.envelope import MessageIdFactory
 from ngsi_assets.ngsi.payloads import Endpoint, IngestSettings, PayloadError, validate_request
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -133,19 +133,7 @@ def _ingest_handler(endpoint: Endpoint) -> Handler:
         except Exception as exc:  # a validator bug must still not turn client input into a 5xx
             return _reject(state, PayloadError(400, "body", f"unprocessable body: {type(exc).__name__}: {exc}"))
         now_ms = int(state.clock() * 1000)
-        envelope = Envelope(
-            message_id=state.ids.new(now_ms),
-            recv_ms=now_ms,
-            kind=str(message.kind),
-            format=str(message.format),
-            service=message.service,
-            service_path=message.service_path,
-            correlator=message.correlator,
-            cbnotif=message.cbnotif,
-            guid=message.guid,
-            origin=ORIGIN_HTTP,
-            body=message.body,
-        )
+        envelope = message.stamp(state.ids.new(now_ms), now_ms, ORIGIN_HTTP)
         try:
             await state.writer.append(envelope)
         except (TypeError, ValueError) as exc:  # raised while rendering the line, before any write

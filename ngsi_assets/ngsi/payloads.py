@@ -68,6 +68,7 @@ from ngsi_assets.ngsi.constants import (
     Format,
     Kind,
 )
+from ngsi_assets.ngsi.envelope import Envelope
 
 __all__ = [
     "Endpoint",
@@ -154,6 +155,22 @@ class ValidatedMessage:
     guid: str | None  # messages: body 'guid'; NGSI: X-Message-Guid, else per guid_from_correlator
     body: bytes
     entity_count: int  # entities (NGSI) or data records (messages)
+
+    def stamp(self, message_id: str, recv_ms: int, origin: str) -> Envelope:
+        """The landing envelope of this message, received at ``recv_ms`` through ``origin``."""
+        return Envelope(
+            message_id=message_id,
+            recv_ms=recv_ms,
+            kind=str(self.kind),
+            format=str(self.format),
+            service=self.service,
+            service_path=self.service_path,
+            correlator=self.correlator,
+            cbnotif=self.cbnotif,
+            guid=self.guid,
+            origin=origin,
+            body=self.body,
+        )
 
 
 # --------------------------------------------------------------------------------------------

@@ -116,7 +116,8 @@ def _resources(landing: Path, lake: Path) -> dict[str, object]:
     }
 
 
-def _run(landing: Path, lake: Path, key: str) -> None:
+def _check(landing: Path, lake: Path, key: str) -> dict[str, bool]:
+    """Materialize both assets for one hour; whether each asset check passed."""
     result = materialize(
         [message_store, ngsi_events],
         partition_key=key,
@@ -124,8 +125,12 @@ def _run(landing: Path, lake: Path, key: str) -> None:
         instance=DagsterInstance.ephemeral(),
     )
     assert result.success
-    checks = result.get_asset_check_evaluations()
-    assert checks and all(c.passed for c in checks), [(c.check_name, c.metadata) for c in checks if not c.passed]
+    return {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+
+
+def _run(landing: Path, lake: Path, key: str) -> None:
+    checks = _check(landing, lake, key)
+    assert len(checks) == 4 and all(checks.values()), checks
 
 
 def _rows(spark: SparkSession, lake: Path, dataset: str, schema, columns: list[str]) -> list[tuple]:
@@ -251,17 +256,6 @@ def test_backfill_of_several_hours_is_one_run_equal_to_hourly_runs(
     backfilled = {name: _rows(spark, backfill_lake, name, schema, schema.fieldNames()) for name, schema in datasets}
     assert backfilled == hourly
     assert {r[-1] for r in backfilled["message_store"]} == {"2026-03-01-10", "2026-03-01-11"}
-
-
-def _check(landing: Path, lake: Path, key: str) -> dict[str, bool]:
-    result = materialize(
-        [message_store, ngsi_events],
-        partition_key=key,
-        resources=_resources(landing, lake),
-        instance=DagsterInstance.ephemeral(),
-    )
-    assert result.success
-    return {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
 
 
 def test_a_corrupt_complete_landing_line_fails_the_check(
