@@ -16,6 +16,7 @@ from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from ngsi_assets.ngsi.constants import MessageStatus
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.transforms.message_store import build_message_store
 from ngsi_assets.transforms.ngsi_events import ngsi_event_rejects, ngsi_messages, to_ngsi_events
@@ -56,6 +57,7 @@ def _breakdown(df: DataFrame, *columns: str) -> dict[str, dict[str, int]]:
     check_specs=[
         AssetCheckSpec("every_landed_line_stored", asset="message_store"),
         AssetCheckSpec("message_identifiers_unique", asset="message_store"),
+        AssetCheckSpec("guids_processed_once", asset="message_store"),
     ],
 )
 def message_store(
@@ -85,6 +87,17 @@ def message_store(
     torn = landing.torn_tails(keys)
     unreadable = line_count - rows
     distinct_ids = stored.select("message_identifier").distinct().count()
+    # A guid may be processed (status other than 5) in one message only, across every hour: hours
+    # materialized out of order (a later hour before an earlier one) would break that.
+    twice = (
+        lake.read(session, "message_store", MESSAGE_STORE)
+        .where(F.col("guid").isNotNull() & (F.col("status") != int(MessageStatus.PREVIOUSLY_RECEIVED)))
+        .groupBy("guid")
+        .agg(F.count("*").alias("n"), F.sort_array(F.collect_set(PARTITION_COLUMN)).alias("hours"))
+        .where(F.col("n") > 1)
+        .join(stored.select("guid").distinct(), "guid", "left_semi")
+    )
+    twice_examples = [(r["guid"], r["hours"]) for r in twice.limit(5).collect()]
     return MaterializeResult(
         metadata={
             "dagster/row_count": rows,
@@ -105,6 +118,13 @@ def message_store(
                 description="Every complete landing line is a message store row; only torn tails "
                 "(writes a crash cut short, never acknowledged) may be left out.",
                 metadata={"landing_lines": line_count, "stored": rows, "torn_tails": torn},
+            ),
+            AssetCheckResult(
+                check_name="guids_processed_once",
+                passed=not twice_examples,
+                description="No guid is processed in two messages; if hours were materialized out of "
+                "order, rematerialize the later hours listed.",
+                metadata={"examples": MetadataValue.json([{"guid": g, "hours": h} for g, h in twice_examples])},
             ),
             AssetCheckResult(
                 check_name="message_identifiers_unique",
