@@ -6,7 +6,6 @@ Subcommands live in :data:`COMMANDS` (name -> :class:`Command`); adding one is a
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -14,11 +13,10 @@ from pathlib import Path
 
 import orjson
 
+from ngsi_assets import settings
 from ngsi_assets.ngsi.constants import DEFAULT_SERVICE, DEFAULT_SERVICE_PATH
 from ngsi_assets.ngsi.payloads import Endpoint, IngestSettings
 
-LANDING_ROOT_ENV = "NGSI_LANDING_ROOT"
-DEFAULT_LANDING_ROOT = ".data/landing"
 DEFAULT_PORT = 5050
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 
@@ -32,16 +30,12 @@ class Command:
     run: Callable[[argparse.Namespace], int]
 
 
-def _default_landing_root() -> Path:
-    return Path(os.environ.get(LANDING_ROOT_ENV) or DEFAULT_LANDING_ROOT)
-
-
 def _add_landing_root(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--landing-root",
         type=Path,
         default=None,
-        help=f"landing zone folder (default: ${LANDING_ROOT_ENV} or {DEFAULT_LANDING_ROOT})",
+        help="landing zone folder (default: $NGSI_LANDING_ROOT, else $NGSI_DATA_ROOT/landing, else .data/landing)",
     )
 
 
@@ -80,7 +74,7 @@ def _settings(args: argparse.Namespace) -> IngestSettings:
 
 
 def _landing_root(args: argparse.Namespace) -> Path:
-    return args.landing_root if args.landing_root is not None else _default_landing_root()
+    return args.landing_root if args.landing_root is not None else Path(settings.landing_root())
 
 
 # ---- serve -----------------------------------------------------------------------------------

@@ -71,18 +71,6 @@ class _Fs:
             if st.isDirectory() and st.getPath().getName().startswith(prefix)
         ]
 
-    def has_data_files(self, uri: str) -> bool:
-        fs = self._fs(uri)
-        path = self._path(uri)
-        if not fs.exists(path):
-            return False
-        it = fs.listFiles(path, True)
-        while it.hasNext():
-            name = it.next().getPath().getName()
-            if not name.startswith(("_", ".")):
-                return True
-        return False
-
 
 class LakeResource(ConfigurableResource):
     """Parquet datasets under ``root``, one folder per asset, hourly ``dt=`` partitions."""
@@ -115,13 +103,15 @@ class LakeResource(ConfigurableResource):
         )
         fs = _Fs(spark)
         uri = self.dataset_uri(dataset)
-        if not fs.has_data_files(uri):
+        # Name the hour folders wanted rather than filter the dataset: Spark lists every file under
+        # the paths it is given, and a run of one hour should not list the whole history.
+        if partition_keys is None:
+            paths = [uri] if fs.exists(uri) else []
+        else:
+            paths = [p for p in (self.partition_uri(dataset, k) for k in partition_keys) if fs.exists(p)]
+        if not paths:
             return spark.createDataFrame([], full_schema)
-        df = spark.read.schema(full_schema).option("basePath", uri).parquet(uri)
-        if partition_keys is not None:
-            dts = [key_to_dt(k) for k in partition_keys]
-            df = df.where(df[PARTITION_COLUMN].isin(dts))
-        return df
+        return spark.read.schema(full_schema).option("basePath", uri).parquet(*paths)
 
     def replace_partitions(
         self, df: DataFrame, dataset: str, partition_keys: Sequence[str], *, no_dictionary: Sequence[str] = ()

@@ -152,7 +152,8 @@ def _print_outputs(spark, lake, hours: Sequence[str]) -> None:  # noqa: ANN001 (
     rejects = lake.read(spark, "ngsi_event_rejects", NGSI_EVENT_REJECTS, hours)
     print(f"message_store: {store.count()} messages")
     store.groupBy("kind", "format", "status").count().orderBy("kind", "format", "status").show(truncate=False)
-    print(f"ngsi_events: {events.count()} attribute updates, {rejects.count()} rejects")
+    reject_count = rejects.count()
+    print(f"ngsi_events: {events.count()} attribute updates, {reject_count} rejects")
     events.groupBy("fiwareService", "entityType").agg(
         F.countDistinct("entityId").alias("entities"),
         F.count("*").alias("updates"),
@@ -164,7 +165,7 @@ def _print_outputs(spark, lake, hours: Sequence[str]) -> None:  # noqa: ANN001 (
     events.where(F.col("entityType") == "car").orderBy("timeIndex").select(
         "recvTime", "fiwareService", "fiwareServicePath", "entityId", "attrName", "attrValue", "timeIndex"
     ).show(5, truncate=40)
-    if rejects.count():
+    if reject_count:
         rejects.groupBy("reason").count().orderBy(F.desc("count")).show(5, truncate=False)
 
 

@@ -66,7 +66,19 @@ def explode_entities(messages: DataFrame) -> DataFrame:
 def _entity_value(name: str, normalized: Column) -> Column:
     """The value of an entity-level attribute (normalized: its ``value``; keyValues: itself)."""
     raw = F.col("entity")[name]
-    return F.when(normalized | (F.col("kind") == Kind.NGSI_LD.value), F.get_json_object(raw, "$.value")).otherwise(raw)
+    return F.when(normalized | _is_ld(), F.get_json_object(raw, "$.value")).otherwise(raw)
+
+
+def _is_ld() -> Column:
+    return F.col("kind") == Kind.NGSI_LD.value
+
+
+def _attributes() -> Column:
+    """The attributes of ``entity``: its keys but id, type and the other non-attribute keys."""
+    is_ld = _is_ld()
+    return F.map_filter(
+        F.col("entity"), lambda k, _v: ~k.isin(*_V2_NOT_ATTRIBUTES) & ~(is_ld & k.isin(*_LD_NOT_ATTRIBUTES))
+    )
 
 
 def explode_attributes(entities: DataFrame) -> DataFrame:
@@ -74,11 +86,8 @@ def explode_attributes(entities: DataFrame) -> DataFrame:
 
     An NGSI-LD multi-attribute (a list of instances with ``datasetId``) gives one row per instance.
     """
-    is_ld = F.col("kind") == Kind.NGSI_LD.value
-    attrs = F.map_filter(
-        F.col("entity"),
-        lambda k, _v: ~k.isin(*_V2_NOT_ATTRIBUTES) & ~(is_ld & k.isin(*_LD_NOT_ATTRIBUTES)),
-    )
+    is_ld = _is_ld()
+    attrs = _attributes()
     exploded = entities.select("*", F.explode(attrs).alias("attrName", "_raw"))
     instances = F.when(is_ld & F.col("_raw").startswith("["), F.from_json(F.col("_raw"), _RAW_LIST)).otherwise(
         F.array(F.col("_raw"))
@@ -98,7 +107,7 @@ def to_ngsi_events(message_store: DataFrame) -> DataFrame:
         F.col("entity").isNotNull() & F.col("entity")["id"].isNotNull()
     )
     normalized = F.col("format").isin(*_NORMALIZED)
-    is_ld = F.col("kind") == Kind.NGSI_LD.value
+    is_ld = _is_ld()
     entities = (
         entities.withColumn("_entityTimeInstant", _entity_value(ATTR_TIME_INSTANT, normalized))
         .withColumn(
@@ -182,12 +191,7 @@ def ngsi_event_rejects(message_store: DataFrame) -> DataFrame:
     Together with the events this accounts for every NGSI message of the message store.
     """
     entities = explode_entities(ngsi_messages(message_store))
-    is_ld = F.col("kind") == Kind.NGSI_LD.value
-    n_attrs = F.size(
-        F.map_filter(
-            F.col("entity"), lambda k, _v: ~k.isin(*_V2_NOT_ATTRIBUTES) & ~(is_ld & k.isin(*_LD_NOT_ATTRIBUTES))
-        )
-    )
+    n_attrs = F.size(_attributes())
     reason = (
         F.when(F.col("entity").isNull(), F.lit("data holds no entity"))
         .when(F.col("entity")["id"].isNull(), F.format_string("entity #%d has no id", F.col("entityIndex")))
