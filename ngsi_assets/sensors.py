@@ -1,11 +1,30 @@
-"""Sensors: new landing data -> runs for exactly the hours it touches."""
+"""Sensors: new landing data -> runs for exactly the hours it touches; hours with messages left in
+status 1 (requires reprocessing) -> reruns of versioned_entities on a backoff schedule."""
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+import logging
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 
-from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SkipReason, define_asset_job, sensor
+from dagster import (
+    AssetKey,
+    AssetRecordsFilter,
+    AssetSelection,
+    DagsterInstance,
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    EventLogRecord,
+    MetadataValue,
+    RunRequest,
+    RunsFilter,
+    SensorEvaluationContext,
+    SkipReason,
+    define_asset_job,
+    sensor,
+)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ngsi_assets.assets.ingest import message_store, ngsi_events
 from ngsi_assets.ingest.landing import SegmentInfo
@@ -111,3 +130,388 @@ def landing_sensor(context: SensorEvaluationContext, landing: LandingZoneResourc
     for partition_key, run_key in requests:
         yield RunRequest(run_key=run_key, partition_key=partition_key, tags={"ngsi/landing": run_key})
     context.update_cursor(new_cursor.to_json())
+
+
+# --- Reprocessing: seed 004 status 1 ("requires reprocessing") resubmitted on a backoff schedule ---
+
+VERSIONED_ENTITIES = AssetKey("versioned_entities")
+# Metadata the versioned_entities asset puts on every partition's materialization.
+COUNT_METADATA = "messages_requiring_reprocessing"
+EXAMPLES_METADATA = "reprocessing_examples"
+ATTEMPT_TAG = "ngsi/reprocess_attempt"
+REASON_TAG = "ngsi/reprocess_reason"
+# Event-log reading per tick is bounded: a long history (first start, or a sensor off for weeks) is
+# caught up over several ticks, and no run is requested until the sensor has seen the newest event.
+EVENT_PAGE_SIZE = 1000
+EVENT_PAGES_PER_TICK = 10
+# Runs that have not finished yet: their own materialization will report the partition's new count.
+_UNFINISHED_RUN_STATUSES = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.CANCELING,
+]
+_UNFINISHED_RUNS_LIMIT = 1000
+
+reprocess_job = define_asset_job(
+    "ngsi_reprocess_job",
+    selection=AssetSelection.assets(VERSIONED_ENTITIES),
+    partitions_def=hourly_partitions,
+    description="Reprocesses every message of one hour of versioned_entities (resolves late links).",
+)
+
+
+class ReprocessSettings(BaseModel):
+    """The reprocessing schedule, one instance per sensor tick, read from the ``NGSI_REPROCESS_*`` variables.
+
+    The delay after attempt n (attempt 0 is the run that first left messages in status 1) is
+    ``min(initial_delay_s * backoff_factor**n, max_delay_s)``. Once it reaches ``max_delay_s`` the
+    partition keeps being retried every ``max_delay_s`` for as long as messages need it, unless
+    ``max_attempts`` is set.
+    """
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
+
+    initial_delay_s: float = Field(60.0, gt=0, alias="NGSI_REPROCESS_INITIAL_DELAY_S")
+    backoff_factor: float = Field(2.0, ge=1, alias="NGSI_REPROCESS_BACKOFF_FACTOR")
+    max_delay_s: float = Field(3600.0, gt=0, alias="NGSI_REPROCESS_MAX_DELAY_S")
+    max_attempts: int | None = Field(None, ge=1, alias="NGSI_REPROCESS_MAX_ATTEMPTS")
+    max_runs_per_tick: int = Field(20, ge=1, alias="NGSI_REPROCESS_MAX_RUNS_PER_TICK")
+
+    @model_validator(mode="after")
+    def _max_not_below_initial(self) -> "ReprocessSettings":
+        if self.max_delay_s < self.initial_delay_s:
+            raise ValueError(
+                f"NGSI_REPROCESS_MAX_DELAY_S ({self.max_delay_s:g}) is below "
+                f"NGSI_REPROCESS_INITIAL_DELAY_S ({self.initial_delay_s:g})"
+            )
+        return self
+
+    @staticmethod
+    def from_env(env: Mapping[str, str]) -> "ReprocessSettings":
+        """Settings from the environment; unset or empty variables take their defaults.
+
+        Raises ``ValueError`` naming each offending variable and what is wrong with it.
+        """
+        names = [f.alias for f in ReprocessSettings.model_fields.values() if f.alias]
+        given = {name: env[name].strip() for name in names if env.get(name, "").strip()}
+        try:
+            return ReprocessSettings.model_validate(given)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']} (got {err['input']!r})"
+                if err["loc"]
+                else err["msg"]
+                for err in exc.errors()
+            )
+            raise ValueError(f"invalid reprocessing settings: {problems}") from None
+
+    def delay(self, attempt: int) -> timedelta:
+        """The wait after attempt ``attempt`` before the next one."""
+        try:
+            seconds = min(self.initial_delay_s * self.backoff_factor**attempt, self.max_delay_s)
+        except OverflowError:  # factor**n beyond float range after years of hourly retries
+            seconds = self.max_delay_s
+        return timedelta(seconds=seconds)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One materialization of a versioned_entities partition, keyed by its event-log storage id.
+
+    ``count`` is None when the materialization carries no usable ``messages_requiring_reprocessing``.
+    """
+
+    storage_id: int
+    partition_key: str
+    count: int | None
+    examples: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """One partition whose newest materialization left messages in status 1, and its schedule.
+
+    ``episode`` is the storage id of the materialization that opened the backlog: it keeps run keys
+    unique when a partition clears and later needs reprocessing again (Dagster launches a run key once).
+    """
+
+    attempts: int
+    since: datetime
+    due: datetime
+    count: int
+    episode: int
+    gave_up: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "attempts": self.attempts,
+            "since": self.since.isoformat(),
+            "due": self.due.isoformat(),
+            "count": self.count,
+            "episode": self.episode,
+            "gave_up": self.gave_up,
+        }
+
+    @staticmethod
+    def from_dict(raw: Mapping[str, object]) -> "Backlog":
+        return Backlog(
+            attempts=int(raw["attempts"]),  # type: ignore[call-overload]
+            since=datetime.fromisoformat(str(raw["since"])),
+            due=datetime.fromisoformat(str(raw["due"])),
+            count=int(raw["count"]),  # type: ignore[call-overload]
+            episode=int(raw["episode"]),  # type: ignore[call-overload]
+            gave_up=bool(raw["gave_up"]),
+        )
+
+
+@dataclass(frozen=True)
+class ReprocessCursor:
+    """The reprocessing sensor's state: the last event-log storage id read, and the partitions in backlog."""
+
+    after: int | None = None
+    partitions: dict[str, Backlog] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"after": self.after, "partitions": {k: v.to_dict() for k, v in sorted(self.partitions.items())}},
+            separators=(",", ":"),
+        )
+
+    @staticmethod
+    def from_json(text: str | None) -> "ReprocessCursor":
+        if not text:
+            return ReprocessCursor()
+        raw = json.loads(text)
+        return ReprocessCursor(raw["after"], {k: Backlog.from_dict(v) for k, v in raw["partitions"].items()})
+
+
+@dataclass(frozen=True)
+class ReprocessRequest:
+    """One run to request: reprocess every message of ``partition_key`` (attempt ``attempt``)."""
+
+    partition_key: str
+    run_key: str
+    tags: dict[str, str]
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def plan_reprocessing(
+    cursor_state: ReprocessCursor,
+    new_observations: Sequence[Observation],
+    now: datetime,
+    settings: ReprocessSettings,
+    busy: Sequence[tuple[str, str]] = (),
+    caught_up: bool = True,
+) -> tuple[list[ReprocessRequest], ReprocessCursor, str | None]:
+    """Runs to request now, one per due partition, and the next cursor; or why none (the skip reason).
+
+    Pure: no I/O, ``now`` passed in. ``new_observations`` are materializations read since
+    ``cursor_state.after``; the newest one per partition decides. A zero count drops the partition;
+    a partition's first non-zero count opens its backlog, due ``delay(0)`` from ``now``; any later
+    non-zero count (our own retry's result, or a landing run) only updates the count and keeps the
+    schedule, so frequent landing runs never postpone nor hasten a retry. Each request advances the
+    attempt n -> n+1 and sets the next due time to ``now + delay(n+1)``: the delay grows up to
+    ``max_delay_s`` and then stays there, retrying every ``max_delay_s`` until the count reaches 0
+    or ``max_attempts`` runs have been tried (then the partition is marked given up, and stays so
+    until a zero count clears it). ``busy`` holds (first, last) partition-key ranges of runs not yet
+    finished: a due partition inside one waits for that run's result instead of racing it. While
+    ``caught_up`` is False (more events to read) no run is requested.
+    """
+    after = cursor_state.after
+    newest: dict[str, Observation] = {}
+    for obs in sorted(new_observations, key=lambda o: o.storage_id):
+        after = obs.storage_id if after is None else max(after, obs.storage_id)
+        if obs.count is not None:
+            newest[obs.partition_key] = obs
+    partitions = dict(cursor_state.partitions)
+    for key, obs in newest.items():
+        count = obs.count or 0
+        if count == 0:
+            partitions.pop(key, None)
+        elif key in partitions:
+            partitions[key] = replace(partitions[key], count=count)
+        else:
+            partitions[key] = Backlog(0, now, now + settings.delay(0), count, obs.storage_id)
+
+    def summary() -> str:
+        waiting = {k: b for k, b in partitions.items() if not b.gave_up}
+        if not waiting and not partitions:
+            return "no partition of versioned_entities has messages requiring reprocessing"
+        text = f"{len(waiting)} partitions awaiting reprocessing ({sum(b.count for b in waiting.values())} messages)"
+        upcoming = [b.due for k, b in waiting.items() if b.due > now]
+        if upcoming:
+            text += f", next due at {_iso(min(upcoming))}"
+        given_up = len(partitions) - len(waiting)
+        if given_up:
+            text += f"; {given_up} given up after {settings.max_attempts} attempts"
+        return text
+
+    if not caught_up:
+        return [], ReprocessCursor(after, partitions), f"reading the event log (up to storage id {after}); {summary()}"
+
+    requests: list[ReprocessRequest] = []
+    waiting_on_runs = 0
+    for _, key in sorted((b.due, k) for k, b in partitions.items() if not b.gave_up and b.due <= now):
+        backlog = partitions[key]
+        if any(first <= key <= last for first, last in busy):
+            waiting_on_runs += 1
+            continue
+        if settings.max_attempts is not None and backlog.attempts >= settings.max_attempts:
+            partitions[key] = replace(backlog, gave_up=True)
+            continue
+        if len(requests) >= settings.max_runs_per_tick:
+            continue  # stays due: requested on a later tick, oldest due first
+        attempt = backlog.attempts + 1
+        requests.append(
+            ReprocessRequest(
+                partition_key=key,
+                run_key=f"reprocess:{key}:{backlog.episode}:{attempt}",
+                tags={
+                    ATTEMPT_TAG: str(attempt),
+                    REASON_TAG: f"{backlog.count} messages in status 1 (requires reprocessing) "
+                    f"since {_iso(backlog.since)}",
+                },
+            )
+        )
+        partitions[key] = replace(backlog, attempts=attempt, due=now + settings.delay(attempt))
+    if requests:
+        return requests, ReprocessCursor(after, partitions), None
+    reason = summary()
+    if waiting_on_runs:
+        reason += f"; {waiting_on_runs} due but waiting for an unfinished run of the same hour"
+    return [], ReprocessCursor(after, partitions), reason
+
+
+def _metadata_value(value: object) -> object:
+    return value.value if isinstance(value, MetadataValue) else value
+
+
+def _observation(record: EventLogRecord, log: logging.Logger | None) -> Observation | None:
+    mat = record.asset_materialization
+    if mat is None or mat.partition is None:
+        return None
+    count = _metadata_value(mat.metadata.get(COUNT_METADATA))
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        if log is not None:
+            log.warning(
+                f"versioned_entities {mat.partition} (storage id {record.storage_id}): "
+                f"{COUNT_METADATA} is {count!r}, not a count; ignoring this materialization"
+            )
+        count = None
+    examples = _metadata_value(mat.metadata.get(EXAMPLES_METADATA))
+    if isinstance(examples, str):
+        try:
+            examples = json.loads(examples)
+        except ValueError:
+            examples = [examples]
+    return Observation(
+        record.storage_id,
+        mat.partition,
+        count,
+        tuple(str(e) for e in examples[:5]) if isinstance(examples, list) else (),
+    )
+
+
+def read_observations(
+    instance: DagsterInstance, after: int | None, log: logging.Logger | None = None
+) -> tuple[list[Observation], int | None, bool]:
+    """versioned_entities materializations with storage id above ``after``, oldest first, bounded per tick.
+
+    Returns the observations, the last storage id read, and whether the newest event was reached.
+    """
+    observations: list[Observation] = []
+    for _ in range(EVENT_PAGES_PER_TICK):
+        result = instance.fetch_materializations(
+            AssetRecordsFilter(asset_key=VERSIONED_ENTITIES, after_storage_id=after),
+            limit=EVENT_PAGE_SIZE,
+            ascending=True,
+        )
+        for record in result.records:
+            after = record.storage_id
+            obs = _observation(record, log)
+            if obs is not None:
+                observations.append(obs)
+        if not result.has_more:
+            return observations, after, True
+    return observations, after, False
+
+
+def busy_partition_ranges(instance: DagsterInstance) -> list[tuple[str, str]]:
+    """(first, last) partition keys of every run not finished yet, whatever its job."""
+    ranges: list[tuple[str, str]] = []
+    runs = instance.get_runs(filters=RunsFilter(statuses=_UNFINISHED_RUN_STATUSES), limit=_UNFINISHED_RUNS_LIMIT)
+    for run in runs:
+        tags = run.tags
+        if "dagster/partition" in tags:
+            ranges.append((tags["dagster/partition"], tags["dagster/partition"]))
+        elif "dagster/asset_partition_range_start" in tags and "dagster/asset_partition_range_end" in tags:
+            ranges.append((tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]))
+    return ranges
+
+
+def utc_now() -> datetime:
+    """The reprocessing sensor's one clock (tests replace it)."""
+    return datetime.now(UTC)
+
+
+@sensor(
+    job=reprocess_job,
+    minimum_interval_seconds=30,
+    default_status=DefaultSensorStatus.RUNNING,
+    description=(
+        "Reruns the hours of versioned_entities whose messages still need reprocessing (seed 004 "
+        "status 1, e.g. a link whose parent had not arrived), with exponential backoff up to "
+        "NGSI_REPROCESS_MAX_DELAY_S, then every NGSI_REPROCESS_MAX_DELAY_S."
+    ),
+)
+def reprocessing_sensor(context: SensorEvaluationContext) -> Iterator[RunRequest | SkipReason]:
+    """One run of ``ngsi_reprocess_job`` per versioned_entities hour whose retry is due.
+
+    Reads the materializations recorded since the cursor's storage id (metadata
+    ``messages_requiring_reprocessing``), plans with ``plan_reprocessing`` and keeps the schedule
+    in the cursor. Retries back off from NGSI_REPROCESS_INITIAL_DELAY_S by
+    NGSI_REPROCESS_BACKOFF_FACTOR up to NGSI_REPROCESS_MAX_DELAY_S, then repeat every
+    NGSI_REPROCESS_MAX_DELAY_S until the hour's count is 0, or give up (logged) after
+    NGSI_REPROCESS_MAX_ATTEMPTS if set.
+    """
+    settings = ReprocessSettings.from_env(os.environ)
+    cursor = ReprocessCursor.from_json(context.cursor)
+    observations, after, caught_up = read_observations(context.instance, cursor.after, context.log)
+    if after is not None and (cursor.after is None or after > cursor.after):
+        # Events without a usable count still move the cursor past them.
+        cursor = replace(cursor, after=after)
+    now = utc_now()
+    busy = busy_partition_ranges(context.instance)
+    requests, new_cursor, skip_reason = plan_reprocessing(cursor, observations, now, settings, busy, caught_up)
+    newest = {o.partition_key: o for o in observations}
+    for key, backlog in sorted(new_cursor.partitions.items()):
+        if key not in cursor.partitions and key in newest:
+            examples = f" (e.g. {', '.join(newest[key].examples)})" if newest[key].examples else ""
+            context.log.info(
+                f"versioned_entities {key}: {backlog.count} messages require reprocessing{examples}; "
+                f"first retry at {_iso(backlog.due)}"
+            )
+        old = cursor.partitions.get(key)
+        if backlog.gave_up and (old is None or not old.gave_up):
+            context.log.warning(
+                f"versioned_entities {key}: giving up after {backlog.attempts} reprocessing attempts "
+                f"(NGSI_REPROCESS_MAX_ATTEMPTS); {backlog.count} messages remain in status 1 since "
+                f"{_iso(backlog.since)}. Materialize the partition by hand once the missing parents are in."
+            )
+    due_left = sum(
+        1
+        for k, b in new_cursor.partitions.items()
+        if not b.gave_up and b.due <= now and not any(first <= k <= last for first, last in busy)
+    )
+    if requests and due_left:
+        context.log.info(f"{due_left} more due partitions wait for the next tick (NGSI_REPROCESS_MAX_RUNS_PER_TICK)")
+    context.update_cursor(new_cursor.to_json())
+    for req in requests:
+        yield RunRequest(run_key=req.run_key, partition_key=req.partition_key, tags=req.tags)
+    if skip_reason is not None:
+        yield SkipReason(skip_reason)
