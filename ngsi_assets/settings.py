@@ -19,3 +19,17 @@ def landing_root() -> str:
 def lake_root() -> str:
     """NGSI_LAKE_ROOT, default ``<data root>/lake``: a local folder or a Hadoop URI (s3a://...)."""
     return os.environ.get("NGSI_LAKE_ROOT") or str(data_root() / "lake")
+
+
+def entity_schema_path() -> str | None:
+    """NGSI_ENTITY_SCHEMA: the YAML schema of the versioned entities (unset: default mappings only)."""
+    return os.environ.get("NGSI_ENTITY_SCHEMA") or None
+
+
+def entity_buckets() -> int:
+    """NGSI_ENTITY_BUCKETS, default 64: hash buckets per versioned entity."""
+    value = os.environ.get("NGSI_ENTITY_BUCKETS", "64")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"NGSI_ENTITY_BUCKETS must be an integer, not {value!r}") from None

@@ -59,12 +59,12 @@ class _Fs:
         if not fs.rename(self._path(src), self._path(dst)):
             raise OSError(f"could not rename {src} to {dst}")
 
-    def list_partition_values(self, uri: str) -> list[str]:
+    def list_partition_values(self, uri: str, column: str = PARTITION_COLUMN) -> list[str]:
         fs = self._fs(uri)
         path = self._path(uri)
         if not fs.exists(path):
             return []
-        prefix = PARTITION_COLUMN + "="
+        prefix = column + "="
         return [
             st.getPath().getName()[len(prefix) :]
             for st in fs.listStatus(path)
@@ -125,25 +125,75 @@ class LakeResource(ConfigurableResource):
         the new hour, and an hour that now has no rows is emptied rather than left stale. Rows whose
         ``dt`` is not among ``partition_keys`` are a bug in the caller and raise.
         """
+        dts = sorted({key_to_dt(k) for k in partition_keys})
+        self.replace_folders(df, dataset, PARTITION_COLUMN, dts, no_dictionary=no_dictionary)
+
+    def folder_uri(self, dataset: str, subfolder: str = "") -> str:
+        """The dataset's folder, or a subfolder of it (one table of a multi-table dataset)."""
+        if subfolder and ("/" in subfolder or subfolder.startswith((".", "_")) or "=" in subfolder):
+            raise ValueError(f"bad subfolder name {subfolder!r}")
+        return self.dataset_uri(dataset) + (f"/{subfolder}" if subfolder else "")
+
+    def read_folders(
+        self,
+        spark: SparkSession,
+        dataset: str,
+        column: str,
+        values: Sequence[object] | None,
+        *,
+        subfolder: str = "",
+        schema: StructType | None = None,
+    ) -> DataFrame | None:
+        """Rows of the ``column=value`` folders (all of them for None) of a dataset or subfolder.
+
+        With ``schema`` (which must include ``column``) the rows are read with it, else the Parquet
+        schemas are merged (tables whose columns grow). None when no such folder exists.
+        """
+        fs = _Fs(spark)
+        base = self.folder_uri(dataset, subfolder)
+        if values is None:
+            paths = [base] if fs.exists(base) else []
+        else:
+            paths = [p for p in (f"{base}/{column}={v}" for v in values) if fs.exists(p)]
+        if not paths:
+            return None
+        reader = spark.read.option("basePath", base)
+        reader = reader.schema(schema) if schema is not None else reader.option("mergeSchema", "true")
+        return reader.parquet(*paths)
+
+    def replace_folders(
+        self,
+        df: DataFrame,
+        dataset: str,
+        column: str,
+        values: Sequence[object],
+        *,
+        subfolder: str = "",
+        no_dictionary: Sequence[str] = (),
+    ) -> None:
+        """Write ``df`` as exactly the ``column=value`` folders ``values`` (emptying those without rows).
+
+        Staged, then swapped folder by folder (see ``replace_partitions``). Rows for other values raise.
+        """
         spark = df.sparkSession
         fs = _Fs(spark)
-        dts = sorted({key_to_dt(k) for k in partition_keys})
-        if not dts:
+        wanted = sorted({str(v) for v in values})
+        if not wanted:
             return
         staging = f"{self.root.rstrip('/')}/{STAGING}/{dataset}/{uuid.uuid4().hex}"
-        writer = df.write.mode("overwrite").partitionBy(PARTITION_COLUMN)
-        for column in no_dictionary:
-            writer = writer.option(f"parquet.enable.dictionary#{column}", "false")
+        writer = df.write.mode("overwrite").partitionBy(column)
+        for name in no_dictionary:
+            writer = writer.option(f"parquet.enable.dictionary#{name}", "false")
         writer.parquet(staging)
-        stray = sorted(set(fs.list_partition_values(staging)) - set(dts))
+        stray = sorted(set(fs.list_partition_values(staging, column)) - set(wanted))
         if stray:
             fs.delete(staging)
-            raise ValueError(f"rows for hours {stray} were given to write {dataset} for hours {dts}")
-        target = self.dataset_uri(dataset)
-        for dt in dts:
-            new = f"{staging}/{PARTITION_COLUMN}={dt}"
-            final = f"{target}/{PARTITION_COLUMN}={dt}"
-            old = f"{staging}-old-{dt}"
+            raise ValueError(f"rows for {column} {stray} were given to write {dataset} {column} {wanted}")
+        target = self.folder_uri(dataset, subfolder)
+        for value in wanted:
+            new = f"{staging}/{column}={value}"
+            final = f"{target}/{column}={value}"
+            old = f"{staging}-old-{value}"
             if fs.exists(final):
                 fs.rename(final, old)
             if fs.exists(new):

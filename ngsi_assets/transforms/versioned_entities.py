@@ -1,0 +1,847 @@
+"""Versioned entities (seed 004) on Spark: messages -> records -> versions, one key's history at a time.
+
+The pipeline, all pure DataFrame -> DataFrame functions (the asset only reads and writes):
+
+1. ``datahub_source_records`` / ``ngsi_source_records``: one row per incoming record, its values as a
+   map of raw JSON text, keyed by (message_identifier, record_seq).
+2. ``map_to_target``: a source record mapped to one target entity: values converted to the target
+   types, keys, guid, links resolved, priorities; records that fail go to the errors frame with the
+   message's status (4 error, 1 requires reprocessing) and the reason. Children become source records
+   of the child entity plus child-refresh events.
+3. ``refresh_deletes``: the deletes a refresh generates for keys it did not contain.
+4. ``fold_versions``: every record of the touched keys, folded in effective order by the pure rules
+   of ``ngsi_assets.ngsi.versioning`` (mapInArrow over key-sorted partitions: no per-key overhead).
+5. ``typed_versions``: the generic versions as the target table's typed columns.
+
+A guid is the UUID v5 of the entity name and the key values, so a key keeps its guid through any
+rebuild, and rows live in hash buckets of the guid: a run rewrites only the buckets its keys fall in.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    IntegerType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from ngsi_assets.ngsi.constants import Kind, MessageStatus
+from ngsi_assets.ngsi.entity_schema import (
+    DELETED,
+    FIELD_PROVENANCE,
+    GUID,
+    NGSI_ENTITY_ID,
+    NGSI_ENTITY_TYPE,
+    NGSI_KEYS,
+    NGSI_SERVICE,
+    NGSI_SERVICE_PATH,
+    NGSI_SOURCE_SYSTEM,
+    SOURCE_MESSAGE,
+    STANDARD_FIELDS,
+    VALID_FROM,
+    VALID_TO,
+    EntityMapping,
+    FieldDef,
+    TargetEntity,
+)
+from ngsi_assets.ngsi.versioning import DELETE, REFRESH_DELETE, UPSERT, Record, fold_key, provenance_json
+from ngsi_assets.transforms.conversions import convert_value, typed_column
+
+# Namespace of entity guids (uuid5 of "<entity>\n<key JSON>").
+GUID_NAMESPACE = uuid.UUID("6b1f0f3e-3c0a-5d7e-9a55-5e0d1f7c2a41")
+DEFAULT_BUCKETS = 64
+MAX_ERROR_TEXT = 1000
+
+RAW_VALUES = MapType(StringType(), StringType())
+
+# One row per incoming record (step 1).
+SOURCE_RECORDS = StructType(
+    [
+        StructField("message_identifier", StringType(), False),
+        StructField("effective_ts", TimestampType()),
+        StructField("source_system", StringType()),
+        StructField("source_entity", StringType()),
+        StructField("refresh", BooleanType()),
+        StructField("record_seq", IntegerType(), False),
+        StructField("values", RAW_VALUES),
+        StructField("deleted_raw", StringType()),
+        StructField("dt", StringType(), False),
+    ]
+)
+
+# One row per record of one target entity, ready to fold (step 2); stored in the lake by bucket.
+ENTITY_RECORDS = StructType(
+    [
+        StructField("entity", StringType(), False),
+        StructField("guid", StringType(), False),
+        StructField("key", StringType(), False),
+        StructField("effective_ts", TimestampType(), False),
+        StructField("message_identifier", StringType(), False),
+        StructField("record_seq", IntegerType(), False),
+        StructField("op", StringType(), False),
+        StructField("priority", IntegerType(), False),
+        StructField("fields", RAW_VALUES),
+        StructField("field_priority", MapType(StringType(), IntegerType())),
+        StructField("key_fields", ArrayType(StringType())),
+        StructField("dt", StringType(), False),
+        StructField("bucket", IntegerType(), False),
+    ]
+)
+
+# Records that could not be processed: status 4 (error) or 1 (requires reprocessing), with the reason.
+RECORD_ERRORS = StructType(
+    [
+        StructField("message_identifier", StringType(), False),
+        StructField("record_seq", IntegerType(), False),
+        StructField("entity", StringType()),
+        StructField("status", IntegerType(), False),
+        StructField("error_text", StringType(), False),
+        StructField("dt", StringType(), False),
+    ]
+)
+
+# A refresh: deletes every live row of ``entity`` whose key values match ``scope`` and that the
+# message did not contain. Scope is empty for a message refresh, the parent link for a child refresh.
+REFRESHES = StructType(
+    [
+        StructField("entity", StringType(), False),
+        StructField("scope", RAW_VALUES),
+        StructField("effective_ts", TimestampType(), False),
+        StructField("message_identifier", StringType(), False),
+        StructField("priority", IntegerType(), False),
+        StructField("dt", StringType(), False),
+    ]
+)
+
+# The folded history of a key, generic (step 4).
+VERSIONS = StructType(
+    [
+        StructField("entity", StringType(), False),
+        StructField("guid", StringType(), False),
+        StructField("valid_from", TimestampType(), False),
+        StructField("valid_to", TimestampType()),
+        StructField("deleted", BooleanType(), False),
+        StructField("fields", RAW_VALUES),
+        StructField("provenance", StringType(), False),
+        StructField("source_message", StringType(), False),
+        StructField("bucket", IntegerType(), False),
+    ]
+)
+
+# Per message of the run's hours: how processing ended (the seed's message log).
+MESSAGE_LOG = StructType(
+    [
+        StructField("message_identifier", StringType(), False),
+        StructField("status", IntegerType(), False),
+        StructField("error_text", StringType()),
+        StructField("records", IntegerType(), False),
+        StructField("dt", StringType(), False),
+    ]
+)
+
+
+def guid_of(entity: str, key_json: str) -> str:
+    """The guid of a key (Python twin of ``guid_column``, for tests and tools)."""
+    return str(uuid.uuid5(GUID_NAMESPACE, f"{entity}\n{key_json}"))
+
+
+def guid_column(entity: Column, key_json: Column) -> Column:
+    """UUID v5 (RFC 4122: SHA-1 of namespace bytes + name, version and variant bits set) in Spark."""
+    name = F.concat(F.unhex(F.lit(GUID_NAMESPACE.hex)), F.encode(F.concat(entity, F.lit("\n"), key_json), "UTF-8"))
+    h = F.sha1(name)
+    variant = F.lower(F.conv(((F.conv(F.substring(h, 17, 1), 16, 10).cast("int") % 4) + 8).cast("string"), 10, 16))
+    return F.concat(
+        F.substring(h, 1, 8),
+        F.lit("-"),
+        F.substring(h, 9, 4),
+        F.lit("-5"),
+        F.substring(h, 14, 3),
+        F.lit("-"),
+        variant,
+        F.substring(h, 18, 3),
+        F.lit("-"),
+        F.substring(h, 21, 12),
+    )
+
+
+def bucket_column(guid: Column, buckets: int) -> Column:
+    return F.pmod(F.xxhash64(guid), F.lit(buckets)).cast("int")
+
+
+def _bounded(text: Column) -> Column:
+    return F.substring(text, 1, MAX_ERROR_TEXT)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Step 1: source records
+
+
+def _lits(names: Sequence[str]) -> Column:
+    return F.array(*[F.lit(n) for n in names]) if names else F.array().cast("array<string>")
+
+
+def datahub_source_records(messages: DataFrame) -> DataFrame:
+    """One row per record of each data-hub message with status 0, keyed by (message_identifier, record_seq).
+
+    ``deleted_indicator`` in a record makes it a delete (a value that is not a boolean is an error,
+    reported when it is mapped); it is not a field.
+    """
+    body = F.from_json(F.col("data"), StructType([StructField("data", ArrayType(RAW_VALUES))]))
+    msgs = messages.where((F.col("kind") == Kind.MESSAGE.value) & (F.col("status") == int(MessageStatus.RECEIVED)))
+    exploded = msgs.select(
+        "message_identifier",
+        F.col("effective_timestamp").alias("effective_ts"),
+        "source_system",
+        "source_entity",
+        "refresh",
+        "dt",
+        F.posexplode(body["data"]).alias("pos", "raw"),
+    )
+    return exploded.select(
+        "message_identifier",
+        "effective_ts",
+        "source_system",
+        "source_entity",
+        "refresh",
+        (F.col("pos") + 1).cast("int").alias("record_seq"),
+        F.map_filter("raw", lambda k, _: k != DELETED).alias("values"),
+        F.col("raw")[DELETED].alias("deleted_raw"),
+        "dt",
+    )
+
+
+def ngsi_source_records(events: DataFrame) -> DataFrame:
+    """One row per notified NGSI entity, keyed by (message_identifier, record_seq = entityIndex + 1).
+
+    The values are the attributes (``name#datasetId`` for an NGSI-LD multi-attribute instance) plus
+    fiware_service, fiware_service_path, entity_id and entity_type. The effective timestamp is the
+    latest time index of the entity's attributes; ``alterationType`` entityDelete makes a delete.
+    """
+    name = F.when(F.col("datasetId").isNull(), F.col("attrName")).otherwise(
+        F.concat(F.col("attrName"), F.lit("#"), F.col("datasetId"))
+    )
+    grouped = events.groupBy("messageId", "entityIndex", "dt").agg(
+        F.first("fiwareService").alias("svc"),
+        F.first("fiwareServicePath").alias("path"),
+        F.first("entityId").alias("eid"),
+        F.first("entityType").alias("etype"),
+        F.max("timeIndex").alias("effective_ts"),
+        F.max((F.col("alterationType") == "entityDelete").cast("int")).alias("del"),
+        F.map_from_entries(F.collect_list(F.struct(name, F.col("attrValue")))).alias("attrs"),
+    )
+    ids = F.create_map(
+        *[
+            x
+            for n, c in (
+                (NGSI_SERVICE, "svc"),
+                (NGSI_SERVICE_PATH, "path"),
+                (NGSI_ENTITY_ID, "eid"),
+                (NGSI_ENTITY_TYPE, "etype"),
+            )
+            for x in (F.lit(n), F.col(c))
+        ]
+    )
+    return grouped.select(
+        F.col("messageId").alias("message_identifier"),
+        "effective_ts",
+        F.lit(NGSI_SOURCE_SYSTEM).alias("source_system"),
+        F.col("etype").alias("source_entity"),
+        F.lit(False).alias("refresh"),
+        (F.col("entityIndex") + 1).cast("int").alias("record_seq"),
+        # An attribute named like an NGSI key or a standard column keeps its place in `attrs` (and is
+        # refused when mapped); the identifying fields always come from the entity.
+        F.map_concat(F.map_filter("attrs", lambda k, _: ~F.array_contains(F.map_keys(ids), k)), ids).alias("values"),
+        F.when(F.col("del") == 1, F.lit("true")).alias("deleted_raw"),
+        "dt",
+        F.filter(F.map_keys("attrs"), lambda k: F.array_contains(_lits(RESERVED_ATTRIBUTES), k)).alias("clashes"),
+    )
+
+
+RESERVED_ATTRIBUTES = (*STANDARD_FIELDS, *NGSI_KEYS, NGSI_ENTITY_TYPE)
+
+
+def refresh_messages(messages: DataFrame) -> DataFrame:
+    """Data-hub messages with ``refresh`` true (status 0), even those with no records."""
+    return messages.where(
+        (F.col("kind") == Kind.MESSAGE.value)
+        & (F.col("status") == int(MessageStatus.RECEIVED))
+        & F.coalesce(F.col("refresh"), F.lit(False))
+    ).select(
+        "message_identifier",
+        F.col("effective_timestamp").alias("effective_ts"),
+        "source_system",
+        "source_entity",
+        "dt",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Step 2: mapping to a target entity
+
+
+@dataclass(frozen=True)
+class MappedRecords:
+    """What mapping a batch of source records to one target entity yields."""
+
+    records: DataFrame  # ENTITY_RECORDS without bucket
+    errors: DataFrame  # RECORD_ERRORS
+    refreshes: DataFrame  # REFRESHES: child refreshes (message refreshes come from refresh_messages)
+    children: dict[str, DataFrame]  # child entity -> source records (values by the child's field names)
+
+
+_ERR = StructType([StructField("status", IntegerType()), StructField("text", StringType())])
+
+
+def _err(status: MessageStatus, text: Column) -> Column:
+    return F.struct(F.lit(int(status)).alias("status"), text.alias("text"))
+
+
+def _record_columns(
+    df: DataFrame, entity_name: str, keys: Sequence[str], priority: int, field_priority: dict
+) -> DataFrame:
+    """The ENTITY_RECORDS columns (no bucket) from a frame with guid, key, fields, _del and the source columns."""
+    return df.select(
+        F.lit(entity_name).alias("entity"),
+        "guid",
+        "key",
+        "effective_ts",
+        "message_identifier",
+        "record_seq",
+        F.when(F.col("_del"), F.lit(DELETE)).otherwise(F.lit(UPSERT)).alias("op"),
+        F.lit(priority).cast("int").alias("priority"),
+        # A delete carries its keys only (the other fields are nulled by the rules).
+        F.when(F.col("_del"), F.map_filter("fields", lambda k, _: F.array_contains(_lits(keys), k)))
+        .otherwise(F.col("fields"))
+        .alias("fields"),
+        F.create_map(*[x for n, p in field_priority.items() for x in (F.lit(n), F.lit(p))])
+        .cast(MapType(StringType(), IntegerType()))
+        .alias("field_priority"),
+        _lits(keys).alias("key_fields"),
+        "dt",
+    )
+
+
+def _error_rows(df: DataFrame, entity_name: str) -> DataFrame:
+    """RECORD_ERRORS from a frame with a non-empty ``_errs`` array: an error (4) outranks status 1."""
+    return df.select(
+        "message_identifier",
+        "record_seq",
+        F.lit(entity_name).alias("entity"),
+        F.when(F.exists("_errs", lambda e: e["status"] == int(MessageStatus.ERROR)), F.lit(int(MessageStatus.ERROR)))
+        .otherwise(F.lit(int(MessageStatus.REQUIRES_REPROCESSING)))
+        .cast("int")
+        .alias("status"),
+        _bounded(
+            F.concat(
+                F.lit(f"{entity_name} record "),
+                F.col("record_seq").cast("string"),
+                F.lit(": "),
+                F.array_join(F.transform("_errs", lambda e: e["text"]), "; "),
+            )
+        ).alias("error_text"),
+        "dt",
+    )
+
+
+def _deleted_flag(df: DataFrame) -> DataFrame:
+    """``_del`` from deleted_raw (a boolean word), and its conversion error into ``_errs``."""
+    conv = convert_value(F.col("deleted_raw"), FieldDef(type="boolean"), DELETED)
+    return df.withColumn("_del", F.coalesce(conv["value"] == "true", F.lit(False))).withColumn(
+        "_errs", F.concat("_errs", F.array(F.when(conv["error"].isNotNull(), _err(MessageStatus.ERROR, conv["error"]))))
+    )
+
+
+def map_ngsi_default(source: DataFrame) -> MappedRecords:
+    """NGSI source records of types the schema does not name -> target entity ``entity_type``.
+
+    Keyed by fiware_service, fiware_service_path and entity_id; every attribute is a text field.
+    """
+    df = source.withColumn("_errs", F.array().cast(ArrayType(_ERR)))
+    df = df.withColumn(
+        "_errs",
+        F.concat(
+            "_errs",
+            F.array(
+                F.when(F.col("source_entity").isNull(), _err(MessageStatus.ERROR, F.lit("entity has no type"))),
+                F.when(
+                    F.size("clashes") > 0,
+                    _err(
+                        MessageStatus.ERROR,
+                        F.concat(
+                            F.lit("attribute names clash with columns of the target table: "),
+                            F.array_join("clashes", ", "),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    )
+    df = _deleted_flag(df).withColumn("_errs", F.filter("_errs", lambda e: e.isNotNull()))
+    df = (
+        df.withColumn("fields", F.col("values"))
+        .withColumn("key", F.to_json(F.array(*[F.col("values")[k] for k in NGSI_KEYS])))
+        .withColumn("entity", F.coalesce(F.col("source_entity"), F.lit("")))
+        .withColumn("guid", guid_column(F.col("entity"), F.col("key")))
+    )
+    ok = df.where(F.size("_errs") == 0)
+    records = ok.select(
+        "entity",
+        "guid",
+        "key",
+        "effective_ts",
+        "message_identifier",
+        "record_seq",
+        F.when(F.col("_del"), F.lit(DELETE)).otherwise(F.lit(UPSERT)).alias("op"),
+        F.lit(0).alias("priority"),
+        F.when(F.col("_del"), F.map_filter("fields", lambda k, _: F.array_contains(_lits(NGSI_KEYS), k)))
+        .otherwise(F.col("fields"))
+        .alias("fields"),
+        F.create_map().cast(MapType(StringType(), IntegerType())).alias("field_priority"),
+        _lits(NGSI_KEYS).alias("key_fields"),
+        "dt",
+    )
+    bad = df.where(F.size("_errs") > 0)
+    errors = _error_rows(bad.withColumn("source_entity", F.coalesce("source_entity", F.lit(""))), "").withColumn(
+        "entity", F.lit(None).cast("string")
+    )
+    return MappedRecords(records, errors, _empty(source, REFRESHES), {})
+
+
+def map_to_target(
+    source: DataFrame,
+    entity_name: str,
+    entity: TargetEntity,
+    mapping: EntityMapping,
+    link_lookups: dict[str, DataFrame],
+    link_keys: dict[str, tuple[str, ...]],
+    *,
+    child_of: str | None = None,
+) -> MappedRecords:
+    """Source records -> records of target ``entity_name`` through ``mapping``: converted, keyed, linked.
+
+    ``link_lookups[e]`` holds the live rows of each linked entity ``e`` as (guid, values: map of the
+    canonical text of its fields), ``link_keys[e]`` its key fields (the default link key).
+    ``child_of`` names the parent-identifier field when the records are children built from a
+    parent's array: their values use target names and carry the parent's guid.
+    """
+    fmap = {fm.reference: fm for fm in (mapping.fields or [])}
+    selected = list(entity.fields) if mapping.fields is None else [fm.reference for fm in mapping.fields]
+    keys = entity.key_fields
+    df = source
+    if entity.unique:
+        # Unique facts: the message identifier (and the record number) are the key.
+        extra = {entity.uniqueIdentifier or "": F.col("message_identifier")}
+        if entity.uniqueSequence:
+            extra[entity.uniqueSequence] = F.col("record_seq").cast("string")
+        df = df.withColumn(
+            "values",
+            F.map_concat(
+                F.map_filter("values", lambda k, _: ~F.array_contains(_lits(list(extra)), k)),
+                F.create_map(*[x for n, c in extra.items() for x in (F.lit(n), c)]),
+            ),
+        )
+        selected += [n for n in extra if n not in selected]
+        fmap = {n: fm for n, fm in fmap.items() if n not in extra}
+
+    def src(name: str) -> str:
+        fm = fmap.get(name)
+        return fm.source_name if fm and child_of is None else name
+
+    df = df.withColumn("_errs", F.array().cast(ArrayType(_ERR)))
+    df = _deleted_flag(df)
+    entries: list[Column] = []
+    errs: list[Column] = []
+    for name in selected:
+        f = entity.fields[name]
+        if f.type in ("children", "link"):
+            continue
+        conv = convert_value(F.col("values")[src(name)], f, name)
+        present = F.map_contains_key("values", src(name))
+        entries.append(F.struct(F.lit(name).alias("k"), conv["value"].alias("v"), present.alias("p")))
+        errs.append(F.when(present & conv["error"].isNotNull(), _err(MessageStatus.ERROR, conv["error"])))
+    df = df.withColumn("_errs", F.concat("_errs", F.array(*errs)) if errs else F.col("_errs"))
+    df = df.withColumn(
+        "fields",
+        F.map_from_entries(
+            F.transform(F.filter(F.array(*entries), lambda x: x["p"]), lambda x: F.struct(x["k"], x["v"]))
+        )
+        if entries
+        else F.create_map().cast(RAW_VALUES),
+    )
+
+    for name in selected:
+        f = entity.fields[name]
+        if f.type != "link":
+            continue
+        if child_of == name:
+            # The parent identifier of a child record is the parent's guid, known from the parent.
+            df = df.withColumn("fields", F.map_concat("fields", F.create_map(F.lit(name), F.col("values")[name])))
+            continue
+        target_keys = list(f.linkKey or link_keys[f.linkEntity or ""])
+        fm = fmap.get(name)
+        source_keys = list(fm.sourceLinkKey) if fm and fm.sourceLinkKey else target_keys
+        df = _resolve_link(df, name, f, source_keys, target_keys, link_lookups[f.linkEntity or ""])
+
+    for k in keys:
+        errs_k = F.when(
+            F.col("fields")[k].isNull(), _err(MessageStatus.ERROR, F.lit(f"key field {k}: missing or null"))
+        )
+        df = df.withColumn("_errs", F.concat("_errs", F.array(errs_k)))
+    df = df.withColumn("_errs", F.filter("_errs", lambda e: e.isNotNull()))
+    df = df.withColumn("key", F.to_json(F.array(*[F.col("fields")[k] for k in keys])))
+    df = df.withColumn("guid", guid_column(F.lit(entity_name), F.col("key")))
+
+    field_priority = {
+        n: (fmap[n].priority if n in fmap and fmap[n].priority is not None else mapping.priority)
+        for n in selected
+        if entity.fields[n].stored
+    }
+    ok = df.where(F.size("_errs") == 0)
+    records = _record_columns(ok, entity_name, keys, mapping.priority, field_priority)
+    errors = _error_rows(df.where(F.size("_errs") > 0), entity_name)
+
+    children: dict[str, DataFrame] = {}
+    refresh_parts: list[DataFrame] = []
+    for name in selected:
+        f = entity.fields[name]
+        if f.type != "children":
+            continue
+        parents = ok.withColumn("_kids", F.col("values")[src(name)]).where(F.col("_kids").isNotNull() | F.col("_del"))
+        # The list of children replaces the parent's children; a parent delete deletes them all.
+        refresh_parts.append(
+            parents.select(
+                F.lit(f.childEntity).alias("entity"),
+                F.create_map(F.lit(f.parentIdentifier), F.col("guid")).alias("scope"),
+                "effective_ts",
+                "message_identifier",
+                F.lit(mapping.priority).cast("int").alias("priority"),
+                "dt",
+            )
+        )
+        items = parents.where(~F.col("_del")).select(
+            "message_identifier",
+            "effective_ts",
+            "refresh",
+            "record_seq",
+            "guid",
+            "dt",
+            F.posexplode(F.from_json(F.col("_kids"), ArrayType(RAW_VALUES))).alias("pos", "child"),
+        )
+        extra = [F.lit(f.parentIdentifier), F.col("guid")]
+        drop = [f.parentIdentifier or "", DELETED]
+        if f.childSequence:
+            extra += [F.lit(f.childSequence), (F.col("pos") + 1).cast("string")]
+            drop.append(f.childSequence)
+        dropped = _lits(drop)
+        children[f.childEntity or ""] = items.select(
+            "message_identifier",
+            "effective_ts",
+            F.lit(None).cast("string").alias("source_system"),
+            F.lit(f.childEntity).alias("source_entity"),
+            "refresh",
+            # Children keep their parent record's number, spaced by position (ordering only).
+            (F.col("record_seq") * 10000 + F.col("pos") + 1).cast("int").alias("record_seq"),
+            F.map_concat(
+                F.map_filter("child", lambda k, _: ~F.array_contains(dropped, k)),  # noqa: B023 (applied at once)
+                F.create_map(*extra),
+            ).alias("values"),
+            F.col("child")[DELETED].alias("deleted_raw"),
+            "dt",
+        )
+    return MappedRecords(records, errors, _union_all(refresh_parts, REFRESHES, source), children)
+
+
+def _resolve_link(
+    df: DataFrame, name: str, f: FieldDef, source_keys: list[str], target_keys: list[str], lookup: DataFrame
+) -> DataFrame:
+    """Adds the link field to ``fields`` (the linked row's guid) and link errors to ``_errs``.
+
+    All key values null -> the link is null (without a lookup). No live row matches -> status 1
+    (requires reprocessing); more than one -> an error. Values compare as canonical text.
+    """
+    raw = F.array(*[F.col("values")[s] for s in source_keys])
+    present = F.exists(F.array(*[F.map_contains_key("values", s) for s in source_keys]), lambda x: x)
+    all_null = F.forall(raw, lambda x: x.isNull())
+    matches = (
+        lookup.select(F.to_json(F.array(*[F.col("values")[k] for k in target_keys])).alias("_lj"), "guid")
+        .groupBy("_lj")
+        .agg(F.count("*").alias("_ln"), F.min("guid").alias("_lg"))
+    )
+    joined = df.withColumn("_lj", F.to_json(raw)).join(matches, "_lj", "left")
+    what = F.concat(F.lit(f"link {name}: no live {f.linkEntity} with {target_keys} = "), F.col("_lj"))
+    many = F.concat(
+        F.lit(f"link {name}: "), F.col("_ln").cast("string"), F.lit(f" {f.linkEntity} rows match "), F.col("_lj")
+    )
+    err = (
+        F.when(~present | all_null, F.lit(None).cast(_ERR))
+        .when(F.col("_ln").isNull(), _err(MessageStatus.REQUIRES_REPROCESSING, what))
+        .when(F.col("_ln") > 1, _err(MessageStatus.ERROR, many))
+    )
+    value = F.when(all_null, F.lit(None).cast("string")).otherwise(F.col("_lg"))
+    return (
+        joined.withColumn("_errs", F.concat("_errs", F.array(err)))
+        .withColumn(
+            "fields",
+            F.when(present, F.map_concat("fields", F.create_map(F.lit(name), value))).otherwise(F.col("fields")),
+        )
+        .drop("_lj", "_ln", "_lg")
+    )
+
+
+def _empty(like: DataFrame, schema: StructType) -> DataFrame:
+    return like.sparkSession.createDataFrame([], schema)
+
+
+def _union_all(frames: Sequence[DataFrame], schema: StructType, like: DataFrame) -> DataFrame:
+    if not frames:
+        return _empty(like, schema)
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
+
+
+def message_refreshes(refreshing: DataFrame, entity_name: str, mapping: EntityMapping) -> DataFrame:
+    """REFRESHES of ``entity_name`` for refresh messages mapped to it (scope: the whole entity)."""
+    return refreshing.select(
+        F.lit(entity_name).alias("entity"),
+        F.create_map().cast(RAW_VALUES).alias("scope"),
+        "effective_ts",
+        "message_identifier",
+        F.lit(mapping.priority).cast("int").alias("priority"),
+        "dt",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Step 3: refresh deletes
+
+
+def refresh_deletes(keys: DataFrame, refreshes: DataFrame, records: DataFrame) -> DataFrame:
+    """ENTITY_RECORDS (op refresh_delete) for each key a refresh did not contain.
+
+    ``keys``: (entity, guid, key, key_values map, key_fields) of every known key of the entities;
+    ``refreshes``: REFRESHES; ``records``: the records (a key that has a record from the refreshing
+    message was contained in it). The fold applies these only to rows live at the refresh time.
+    """
+    r = refreshes.select(
+        F.col("entity").alias("_re"),
+        "scope",
+        "effective_ts",
+        "message_identifier",
+        "priority",
+        "dt",
+    )
+    candidates = keys.join(F.broadcast(r), F.col("entity") == F.col("_re")).where(
+        F.forall(F.map_entries("scope"), lambda e: F.col("key_values")[e["key"]] == e["value"])
+    )
+    seen = records.select("guid", "message_identifier").distinct()
+    generated = candidates.join(seen, ["guid", "message_identifier"], "left_anti")
+    return generated.select(
+        "entity",
+        "guid",
+        "key",
+        "effective_ts",
+        "message_identifier",
+        F.lit(0).cast("int").alias("record_seq"),
+        F.lit(REFRESH_DELETE).alias("op"),
+        "priority",
+        F.create_map().cast(RAW_VALUES).alias("fields"),
+        F.create_map().cast(MapType(StringType(), IntegerType())).alias("field_priority"),
+        "key_fields",
+        "dt",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Step 4: the fold
+
+
+def _fold_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: rows sorted by (guid, effective order) within the partition -> versions."""
+    out: list[dict] = []
+    group: list[Record] = []
+    where: tuple[str, int] = ("", 0)
+
+    def flush() -> None:
+        entity, bucket = where
+        for v in fold_key(group):
+            out.append(
+                {
+                    "entity": entity,
+                    "guid": v.guid,
+                    "valid_from": v.valid_from,
+                    "valid_to": v.valid_to,
+                    "deleted": v.deleted,
+                    "fields": list(v.fields.items()),
+                    "provenance": json.dumps(provenance_json(v.provenance), separators=(",", ":")),
+                    "source_message": v.source_message,
+                    "bucket": bucket,
+                }
+            )
+
+    for batch in batches:
+        for row in batch.to_pylist():
+            if group and row["guid"] != group[0].guid:
+                flush()
+                group = []
+                if len(out) >= 4096:
+                    yield pa.RecordBatch.from_pylist(out, schema=_ARROW_VERSIONS)
+                    out = []
+            where = (row["entity"], row["bucket"])
+            group.append(
+                Record(
+                    guid=row["guid"],
+                    effective=row["effective_ts"],
+                    message=row["message_identifier"],
+                    seq=row["record_seq"],
+                    op=row["op"],
+                    priority=row["priority"],
+                    fields=dict(row["fields"] or ()),
+                    field_priority=dict(row["field_priority"] or ()),
+                    key_fields=row["key_fields"] or (),
+                )
+            )
+    if group:
+        flush()
+    if out:
+        yield pa.RecordBatch.from_pylist(out, schema=_ARROW_VERSIONS)
+
+
+_ARROW_VERSIONS = pa.schema(
+    [
+        pa.field("entity", pa.string(), False),
+        pa.field("guid", pa.string(), False),
+        pa.field("valid_from", pa.timestamp("us", tz="UTC"), False),
+        pa.field("valid_to", pa.timestamp("us", tz="UTC")),
+        pa.field("deleted", pa.bool_(), False),
+        pa.field("fields", pa.map_(pa.string(), pa.string())),
+        pa.field("provenance", pa.string(), False),
+        pa.field("source_message", pa.string(), False),
+        pa.field("bucket", pa.int32(), False),
+    ]
+)
+
+
+def fold_versions(records: DataFrame) -> DataFrame:
+    """VERSIONS, one row per version of each key, from ENTITY_RECORDS (all records of those keys).
+
+    Rows are clustered by guid and sorted within each partition so one Python pass folds every key
+    (no per-group overhead); the fold itself is ``ngsi_assets.ngsi.versioning``.
+    """
+    ordered = records.repartition("guid").sortWithinPartitions(
+        "entity", "guid", "effective_ts", "message_identifier", "record_seq", "op"
+    )
+    return ordered.mapInArrow(_fold_batches, VERSIONS)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Step 5: typed tables
+
+
+def canonical_text(column: Column, f: FieldDef) -> Column:
+    """A typed column back to the canonical text the conversions produce (for key and link matching)."""
+    if f.type == "timestamp":
+        return F.date_format(column, "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
+    if f.type == "boolean":
+        return F.when(column, F.lit("true")).when(~column, F.lit("false"))
+    return column.cast("string")
+
+
+def typed_versions(versions: DataFrame, fields: dict[str, FieldDef | None]) -> DataFrame:
+    """The target table's columns from VERSIONS: guid, valid_from_timestamp, valid_to_timestamp,
+    deleted_indicator, one typed column per field (``None``: text), source_message, field_provenance.
+
+    Also keeps ``bucket``, the storage bucket of the row.
+    """
+    business = [
+        (typed_column(F.col("fields")[n], f) if f is not None else F.col("fields")[n]).alias(n)
+        for n, f in fields.items()
+    ]
+    return versions.select(
+        F.col("guid").alias(GUID),
+        F.col("valid_from").alias(VALID_FROM),
+        F.col("valid_to").alias(VALID_TO),
+        F.col("deleted").alias(DELETED),
+        *business,
+        F.col("source_message").alias(SOURCE_MESSAGE),
+        F.col("provenance").alias(FIELD_PROVENANCE),
+        "bucket",
+    )
+
+
+def live_rows(table: DataFrame, fields: dict[str, FieldDef | None]) -> DataFrame:
+    """(guid, values) of the open, not deleted rows of a typed table; values as canonical text."""
+    values = F.create_map(
+        *[
+            x
+            for n, f in fields.items()
+            for x in (F.lit(n), canonical_text(F.col(n), f) if f is not None else F.col(n).cast("string"))
+        ]
+    )
+    return table.where(F.col(VALID_TO).isNull() & ~F.col(DELETED)).select(
+        F.col(GUID).alias("guid"), values.alias("values")
+    )
+
+
+def table_keys(
+    table: DataFrame, entity_name: str, fields: dict[str, FieldDef | None], key_fields: Sequence[str]
+) -> DataFrame:
+    """(entity, guid, key, key_values, key_fields): the distinct keys of a typed table."""
+    kv = [canonical_text(F.col(k), fields[k]) if fields.get(k) is not None else F.col(k) for k in key_fields]
+    return table.select(
+        F.lit(entity_name).alias("entity"),
+        F.col(GUID).alias("guid"),
+        F.to_json(F.array(*kv)).alias("key"),
+        F.create_map(*[x for k, c in zip(key_fields, kv, strict=True) for x in (F.lit(k), c)]).alias("key_values"),
+        _lits(key_fields).alias("key_fields"),
+    ).dropDuplicates(["guid"])
+
+
+def record_keys(records: DataFrame) -> DataFrame:
+    """(entity, guid, key, key_values, key_fields) of the keys in ENTITY_RECORDS."""
+    return records.select(
+        "entity",
+        "guid",
+        "key",
+        F.map_filter("fields", lambda k, _: F.array_contains(F.col("key_fields"), k)).alias("key_values"),
+        "key_fields",
+    ).dropDuplicates(["guid"])
+
+
+def message_log(messages: DataFrame, records: DataFrame, errors: DataFrame) -> DataFrame:
+    """MESSAGE_LOG: per processed message, status 4 if a record failed, 1 if one awaits a link, else 3."""
+    counts = records.groupBy("message_identifier").agg(F.count("*").cast("int").alias("records"))
+    worst = errors.groupBy("message_identifier").agg(
+        F.max(F.when(F.col("status") == int(MessageStatus.ERROR), 2).otherwise(1)).alias("_w"),
+        _bounded(F.array_join(F.sort_array(F.collect_list("error_text")), " | ")).alias("error_text"),
+    )
+    return (
+        messages.select("message_identifier", "dt")
+        .join(counts, "message_identifier", "left")
+        .join(worst, "message_identifier", "left")
+        .select(
+            "message_identifier",
+            F.when(F.col("_w") == 2, F.lit(int(MessageStatus.ERROR)))
+            .when(F.col("_w") == 1, F.lit(int(MessageStatus.REQUIRES_REPROCESSING)))
+            .otherwise(F.lit(int(MessageStatus.PROCESSED)))
+            .cast("int")
+            .alias("status"),
+            "error_text",
+            F.coalesce("records", F.lit(0)).cast("int").alias("records"),
+            "dt",
+        )
+    )
