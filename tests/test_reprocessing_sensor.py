@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import shutil
 import uuid
@@ -20,7 +19,6 @@ from dagster import (
     MetadataValue,
     RunRequest,
     SkipReason,
-    asset,
     build_sensor_context,
 )
 
@@ -35,7 +33,6 @@ from ngsi_assets.sensors import (
     ReprocessCursor,
     ReprocessSettings,
     plan_reprocessing,
-    reprocess_job,
     reprocessing_sensor,
 )
 
@@ -279,18 +276,9 @@ def test_the_cursor_round_trips_through_json_and_planning_resumes_identically() 
 # --- the sensor against a real Dagster instance ---
 
 
-@asset(partitions_def=hourly_partitions)
-def versioned_entities() -> None:
-    """Stand-in for the lead's asset: only its key and partitions matter here."""
-
-
-@functools.cache
 def _defs() -> Definitions:
-    """The project's definitions plus what the lead will wire: the stand-in asset, the job and the sensor."""
-    return Definitions.merge(
-        project_defs,
-        Definitions(assets=[versioned_entities], jobs=[reprocess_job], sensors=[reprocessing_sensor]),
-    )
+    """The project's definitions: the real versioned_entities asset, the job and the sensor."""
+    return project_defs
 
 
 def test_definitions_load_with_the_job_and_sensor() -> None:
