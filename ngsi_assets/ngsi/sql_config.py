@@ -1,0 +1,185 @@
+"""Configuration of the PostgreSQL and MySQL sinks, with Cygnus's parameter names, validated by pydantic.
+
+One ``SqlSinkConfig`` per sink (dialect). It is loaded from a YAML (or JSON) file named by
+``NGSI_SQL_SINKS_CONFIG``, whose top level has ``postgresql:`` and/or ``mysql:`` sections holding
+these parameters plus ``url``; or, without a file, from ``NGSI_POSTGRES_URL`` / ``NGSI_MYSQL_URL``
+with every parameter at its default. A sink with no URL is not configured (its assets skip).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ngsi_assets.ngsi.sql_naming import (
+    COLUMN_FIXED,
+    DEFAULT_SERVICE,
+    DEFAULT_SERVICE_PATH,
+    DataModel,
+    Dialect,
+    NamingConfig,
+)
+
+CONFIG_ENV = "NGSI_SQL_SINKS_CONFIG"
+URL_ENV = {Dialect.POSTGRESQL: "NGSI_POSTGRES_URL", Dialect.MYSQL: "NGSI_MYSQL_URL"}
+DEFAULT_TIMESTAMP_FORMAT = {Dialect.POSTGRESQL: "YYYY-MM-DD HH24:MI:SS.MS", Dialect.MYSQL: "%Y-%m-%d %H:%i:%s.%f"}
+
+
+class AttrPersistence(StrEnum):
+    ROW = "row"
+    COLUMN = "column"
+
+
+class LastDataMode(StrEnum):
+    INSERT = "insert"
+    UPSERT = "upsert"
+    BOTH = "both"
+
+
+class PersistencePolicy(BaseModel):
+    """Capping and expiration of the historic tables (both off by default, as in Cygnus)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_records: int = Field(default=0, ge=0, description="Keep the newest N rows per table; 0 = no capping.")
+    expiration_time: int = Field(default=0, ge=0, description="Drop rows older than this many seconds; 0 = never.")
+
+
+class SqlSinkConfig(BaseModel):
+    """One SQL sink: where it writes, how it names and lays out tables, last data, batching."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    dialect: Dialect
+    url: str | None = Field(default=None, repr=False)
+    data_model: DataModel = DataModel.BY_ENTITY
+    attr_persistence: AttrPersistence = AttrPersistence.ROW
+    enable_encoding: bool = False
+    enable_lowercase: bool = False
+    default_service: str = DEFAULT_SERVICE
+    default_service_path: str = DEFAULT_SERVICE_PATH
+    last_data_mode: LastDataMode = LastDataMode.INSERT
+    last_data_table_suffix: str = "_last_data"
+    last_data_unique_key: list[str] = Field(default_factory=lambda: ["entityId"])
+    last_data_timestamp_key: str = "recvTime"
+    last_data_sql_timestamp_format: str | None = None
+    batch_size: int = Field(default=1000, ge=1, le=100_000, description="Rows per INSERT statement.")
+    batch_ttl: int = Field(default=10, ge=0, description="Retries of a failed batch before the run fails.")
+    batch_retry_intervals: list[int] = Field(default_factory=lambda: [5000], description="Milliseconds.")
+    persistence_policy: PersistencePolicy = Field(default_factory=PersistencePolicy)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flatten(cls, data: Any) -> Any:
+        # Cygnus writes persistence_policy.max_records as a flat dotted key; accept both spellings.
+        if isinstance(data, dict):
+            data = dict(data)
+            policy = dict(data.get("persistence_policy") or {})
+            for key in list(data):
+                if key.startswith("persistence_policy."):
+                    policy[key.split(".", 1)[1]] = data.pop(key)
+            if policy:
+                data["persistence_policy"] = policy
+        return data
+
+    @field_validator("last_data_unique_key", "batch_retry_intervals", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("last_data_unique_key")
+    @classmethod
+    def _unique_key(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("last_data_unique_key needs at least one column")
+        bad = [c for c in value if c not in COLUMN_FIXED]
+        if bad:
+            raise ValueError(f"last_data_unique_key columns must be among {', '.join(COLUMN_FIXED)}; got {bad}")
+        if len(set(value)) != len(value):
+            raise ValueError("last_data_unique_key names a column twice")
+        return value
+
+    @field_validator("last_data_timestamp_key")
+    @classmethod
+    def _timestamp_key(cls, value: str) -> str:
+        if value != "recvTime":
+            raise ValueError(
+                "last_data_timestamp_key: only recvTime is supported (the receive time, written as "
+                "'YYYY-MM-DD HH:MM:SS.mmm')"
+            )
+        return value
+
+    @field_validator("batch_retry_intervals")
+    @classmethod
+    def _intervals(cls, value: list[int]) -> list[int]:
+        if not value or any(v < 0 for v in value):
+            raise ValueError("batch_retry_intervals must be a non-empty list of milliseconds >= 0")
+        return value
+
+    @field_validator("default_service_path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("default_service_path must start with '/'")
+        return value
+
+    @property
+    def timestamp_format(self) -> str:
+        return self.last_data_sql_timestamp_format or DEFAULT_TIMESTAMP_FORMAT[self.dialect]
+
+    @property
+    def naming(self) -> NamingConfig:
+        return NamingConfig(
+            dialect=self.dialect,
+            data_model=self.data_model,
+            enable_encoding=self.enable_encoding,
+            enable_lowercase=self.enable_lowercase,
+            default_service=self.default_service,
+            default_service_path=self.default_service_path,
+        )
+
+    @property
+    def last_data_enabled(self) -> bool:
+        return self.last_data_mode in (LastDataMode.UPSERT, LastDataMode.BOTH)
+
+    @property
+    def historic_enabled(self) -> bool:
+        return self.last_data_mode in (LastDataMode.INSERT, LastDataMode.BOTH)
+
+    def retry_delays_s(self) -> list[float]:
+        """The waits before each retry: the intervals in order, the last repeated up to batch_ttl retries."""
+        ivs = self.batch_retry_intervals
+        return [ivs[min(i, len(ivs) - 1)] / 1000.0 for i in range(self.batch_ttl)]
+
+
+def load_sink_configs(environ: dict[str, str] | None = None) -> dict[Dialect, SqlSinkConfig]:
+    """The configured sinks (those with a URL), from NGSI_SQL_SINKS_CONFIG or the URL variables."""
+    env = os.environ if environ is None else environ
+    raw: dict[str, Any] = {}
+    path = env.get(CONFIG_ENV)
+    if path:
+        text = Path(path).read_text()
+        if path.endswith(".json"):
+            raw = json.loads(text)
+        else:
+            import yaml
+
+            raw = yaml.safe_load(text) or {}
+        unknown = set(raw) - {d.value for d in Dialect}
+        if unknown:
+            raise ValueError(f"{CONFIG_ENV} {path}: unknown sections {sorted(unknown)}; use postgresql and mysql")
+    out: dict[Dialect, SqlSinkConfig] = {}
+    for dialect in Dialect:
+        section = dict(raw.get(dialect.value) or {})
+        section.setdefault("url", env.get(URL_ENV[dialect]) or None)
+        cfg = SqlSinkConfig(dialect=dialect, **section)
+        if cfg.url:
+            out[dialect] = cfg
+    return out
