@@ -56,6 +56,7 @@ from ngsi_assets.transforms.versioned_entities import (
     MESSAGE_LOG,
     RECORD_ERRORS,
     REFRESHES,
+    SEEN,
     MappedRecords,
     bucket_column,
     datahub_source_records,
@@ -219,6 +220,7 @@ class VersioningRun:
                     )
                 )
         self._pending = pending
+        self._works = works
         # Entities the run's hours wrote before (a changed mapping) are reprocessed too.
         for r in self._indexed().select("entity").distinct().collect():
             name = r["entity"]
@@ -239,18 +241,32 @@ class VersioningRun:
             if f.type == "link" and f.linkEntity
         }
         link_keys = {name: self.schema.entities[name].key_fields for name in lookups}
+        link_fields = {name: self.schema.entities[name].stored_fields for name in lookups}
         outcomes: list[MappedRecords] = []
         for src, mapping in self._pending.get(work.name, []):
-            outcomes.append(map_to_target(src, work.name, definition, mapping, lookups, link_keys))
+            outcomes.append(
+                map_to_target(src, work.name, definition, mapping, lookups, link_keys, link_fields=link_fields)
+            )
         for src, parent_field, mapping in getattr(self, "_children", {}).get(work.name, []):
             outcomes.append(
-                map_to_target(src, work.name, definition, mapping, lookups, link_keys, child_of=parent_field)
+                map_to_target(
+                    src,
+                    work.name,
+                    definition,
+                    mapping,
+                    lookups,
+                    link_keys,
+                    child_of=parent_field,
+                    link_fields=link_fields,
+                )
             )
         for out in outcomes:
             work.records.append(out.records)
-            work.refreshes.append(out.refreshes)
             errors.append(out.errors)
             for child, frame in out.children.items():
+                # A child refresh deletes rows of the child entity: it belongs to the child's work
+                # (processed after its parent, which it links to).
+                self._works[child].refreshes.append(out.refreshes.where(F.col("entity") == child))
                 parent_field = next(
                     f.parentIdentifier
                     for f in definition.fields.values()
@@ -281,7 +297,8 @@ class VersioningRun:
         }
         # A refresh touches every live key in its scope, wherever it is stored.
         refresh_targets = None
-        if refreshes_new.limit(1).count():
+        has_refreshes = bool(refreshes_new.limit(1).count())
+        if has_refreshes:
             table = self.table(work, fields)
             known = record_keys(new)
             if table is not None:
@@ -293,6 +310,9 @@ class VersioningRun:
             new_buckets |= {r[0] for r in refresh_targets.select(BUCKET).distinct().collect()}
         affected = sorted(new_buckets | old_buckets)
         if not affected:
+            # Stored even when no row changes now (a parent delete with no children yet): a late
+            # child record must still meet it.
+            self._store_refreshes(refreshes_new, folder, has_refreshes)
             new.unpersist()
             refreshes.unpersist()
             return None
@@ -300,7 +320,9 @@ class VersioningRun:
         old = self.lake.read_folders(
             self.spark, RECORDS_DS, BUCKET, affected, subfolder=folder, schema=ENTITY_RECORDS
         ) or self.spark.createDataFrame([], ENTITY_RECORDS)
-        records = old.where(~F.col(PARTITION_COLUMN).isin(self.dts)).unionByName(new.select(*ENTITY_RECORDS.fieldNames()))
+        records = old.where(~F.col(PARTITION_COLUMN).isin(self.dts)).unionByName(
+            new.select(*ENTITY_RECORDS.fieldNames())
+        )
         touched = new.select("guid").union(old.where(F.col(PARTITION_COLUMN).isin(self.dts)).select("guid"))
         if refresh_targets is not None:
             touched = touched.union(refresh_targets.select("guid"))
@@ -316,13 +338,31 @@ class VersioningRun:
         self.lake.replace_folders(versions, VERSIONS_DS, BUCKET, affected, subfolder=folder)
         self.lake.replace_folders(records, RECORDS_DS, BUCKET, affected, subfolder=folder)
 
-        written = self.table(work, fields, affected)
-        assert written is not None
+        # No rows at all (say, only deletes of keys never inserted): an empty table of the right shape.
+        written = self.table(work, fields, affected) or self.spark.createDataFrame([], _table_schema(fields))
         if work.definition is not None and work.definition.export:
             self.lake.replace_folders(
                 export_rows(written, work.definition), EXPORTS_DS, BUCKET, affected, subfolder=folder
             )
         self._index_rows.append(new.select(F.lit(work.name).alias("entity"), BUCKET, PARTITION_COLUMN).distinct())
+        self._store_refreshes(refreshes_new, folder, has_refreshes)
+        checks = _check_counts(written, fields)
+        outcome = EntityOutcome(
+            name=work.name,
+            records=new.where(F.col("op") != SEEN).count(),
+            buckets_rewritten=len(affected),
+            **checks,
+        )
+        new.unpersist()
+        refreshes.unpersist()
+        return outcome
+
+    def _store_refreshes(self, refreshes_new: DataFrame, folder: str, any_new: bool) -> None:
+        """Replace the run's hours of the entity's refresh events (skipped when there were and are none)."""
+        if not any_new and (
+            self.lake.read_folders(self.spark, REFRESHES_DS, PARTITION_COLUMN, self.dts, subfolder=folder) is None
+        ):
+            return
         self.lake.replace_folders(
             refreshes_new.where(F.col(PARTITION_COLUMN).isin(self.dts)),
             REFRESHES_DS,
@@ -330,16 +370,6 @@ class VersioningRun:
             self.dts,
             subfolder=folder,
         )
-        checks = _check_counts(written, fields)
-        outcome = EntityOutcome(
-            name=work.name,
-            records=new.count(),
-            buckets_rewritten=len(affected),
-            **checks,
-        )
-        new.unpersist()
-        refreshes.unpersist()
-        return outcome
 
     def run(self, messages: DataFrame, events: DataFrame) -> tuple[list[EntityOutcome], DataFrame]:
         """Process the run's hours; returns each entity's outcome and the message log written."""
@@ -356,7 +386,7 @@ class VersioningRun:
             outcome = self.process(work)
             if outcome is not None:
                 outcomes.append(outcome)
-            all_records.extend(r.select("message_identifier") for r in work.records)
+            all_records.extend(r.where(F.col("op") != SEEN).select("message_identifier") for r in work.records)
 
         errors_df = _union(errors, RECORD_ERRORS, self.spark)
         self.lake.replace_partitions(errors_df, ERRORS_DS, self.keys)

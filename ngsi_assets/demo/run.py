@@ -4,8 +4,9 @@
 
 Steps: generate the city sample; start the receiver (a separate process, durable acks); post the
 sample over HTTP; stop the receiver; let the landing sensor decide which hours to run; run
-message_store and ngsi_events for those hours in one run (one Spark session) on a SQLite Dagster
-instance; print what was produced. Everything lives under the work folder (default ``.demo``),
+every asset (message store, NGSI events, versioned entities, STH aggregates in the lake; the SQL and
+MongoDB sinks skip, no servers being configured) for those hours in one run (one Spark session) on
+a SQLite Dagster instance; print what was produced. Everything lives under the work folder (default ``.demo``),
 which is cleared first so every demo starts from nothing.
 """
 
@@ -60,7 +61,14 @@ def run_demo(workdir: Path, seed: int, notifications: int, hours: int) -> int:
     landing, lake, home = workdir / "landing", workdir / "lake", workdir / "dagster_home"
     home.mkdir(parents=True)
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
-    os.environ.update({"NGSI_LANDING_ROOT": str(landing), "NGSI_LAKE_ROOT": str(lake), "DAGSTER_HOME": str(home)})
+    os.environ.update(
+        {
+            "NGSI_LANDING_ROOT": str(landing),
+            "NGSI_LAKE_ROOT": str(lake),
+            "DAGSTER_HOME": str(home),
+            "NGSI_ENTITY_SCHEMA": str(Path(__file__).with_name("entities.yaml")),
+        }
+    )
 
     _section("1. generate the city sample")
     requests, summary = generate_city(seed=seed, hours=hours, target_notifications=notifications)
@@ -118,7 +126,7 @@ def run_demo(workdir: Path, seed: int, notifications: int, hours: int) -> int:
         print("nothing landed")
         return 1
 
-    _section("4. materialize message_store and ngsi_events (one run, one Spark session)")
+    _section("4. materialize the platform for those hours (one run, one Spark session)")
     started = time.monotonic()
     result = defs.get_job_def("ngsi_ingest_job").execute_in_process(
         instance=instance,
@@ -167,6 +175,46 @@ def _print_outputs(spark, lake, hours: Sequence[str]) -> None:  # noqa: ANN001 (
     ).show(5, truncate=40)
     if reject_count:
         rejects.groupBy("reason").count().orderBy(F.desc("count")).show(5, truncate=False)
+    _print_versioned(spark, lake, hours)
+
+
+def _print_versioned(spark, lake, hours: Sequence[str]) -> None:  # noqa: ANN001 (Spark and resource types)
+    from pyspark.sql import functions as F
+
+    from ngsi_assets.assets.versioned_entities import LOG_DS, VERSIONS_DS
+    from ngsi_assets.ngsi.entity_schema import entity_folder
+    from ngsi_assets.transforms.versioned_entities import MESSAGE_LOG
+
+    log = lake.read(spark, LOG_DS, MESSAGE_LOG, hours)
+    print("versioned entities: messages by processing status (3 processed, 4 error, 1 awaits a link)")
+    log.groupBy("status").agg(F.count("*").alias("messages"), F.sum("records").alias("records")).orderBy("status").show(
+        truncate=False
+    )
+    errors = log.where(F.col("status") == 4).select("error_text")
+    if errors.limit(1).count():
+        errors.groupBy(F.substring("error_text", 1, 90).alias("error")).count().orderBy(F.desc("count")).show(
+            3, truncate=False
+        )
+    for entity in ("product", "container_route", "car", "ParkingSpot"):
+        table = lake.read_folders(spark, VERSIONS_DS, "bucket", None, subfolder=entity_folder(entity))
+        if table is None:
+            continue
+        summary = table.agg(
+            F.count("*").alias("versions"),
+            F.countDistinct("guid").alias("keys"),
+            F.sum(F.col("valid_to_timestamp").isNull().cast("int")).alias("open"),
+            F.sum(F.col("deleted_indicator").cast("int")).alias("deleted_versions"),
+        ).first()
+        print(f"{entity}: {summary['versions']} versions of {summary['keys']} keys, {summary['open']} open, "
+              f"{summary['deleted_versions']} deleted versions")  # fmt: skip
+    product = lake.read_folders(spark, VERSIONS_DS, "bucket", None, subfolder=entity_folder("product"))
+    if product is not None:
+        busiest = product.groupBy("guid").count().orderBy(F.desc("count"), "guid").first()
+        print("the history of the most changed product:")
+        product.where(F.col("guid") == busiest["guid"]).orderBy("valid_from_timestamp").select(
+            "valid_from_timestamp", "valid_to_timestamp", "deleted_indicator", "product_number", "unit_price",
+            "stock", "source_message", "field_provenance",
+        ).show(6, truncate=60)  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

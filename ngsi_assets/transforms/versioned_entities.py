@@ -6,7 +6,8 @@ The pipeline, all pure DataFrame -> DataFrame functions (the asset only reads an
    map of raw JSON text, keyed by (message_identifier, record_seq).
 2. ``map_to_target``: a source record mapped to one target entity: values converted to the target
    types, keys, guid, links resolved, priorities; records that fail go to the errors frame with the
-   message's status (4 error, 1 requires reprocessing) and the reason. Children become source records
+   message's status (4 error, 1 requires reprocessing) and the reason (a failed record whose key is
+   known is kept as a ``seen`` marker, so no refresh deletes its row). Children become source records
    of the child entity plus child-refresh events.
 3. ``refresh_deletes``: the deletes a refresh generates for keys it did not contain.
 4. ``fold_versions``: every record of the touched keys, folded in effective order by the pure rules
@@ -64,6 +65,9 @@ from ngsi_assets.transforms.conversions import convert_value, typed_column
 GUID_NAMESPACE = uuid.UUID("6b1f0f3e-3c0a-5d7e-9a55-5e0d1f7c2a41")
 DEFAULT_BUCKETS = 64
 MAX_ERROR_TEXT = 1000
+# The op of a record that failed but whose key is known: stored with the records, never folded; it
+# only marks its key as contained in its message (see ``refresh_deletes``).
+SEEN = "seen"
 
 RAW_VALUES = MapType(StringType(), StringType())
 
@@ -296,7 +300,7 @@ def refresh_messages(messages: DataFrame) -> DataFrame:
 class MappedRecords:
     """What mapping a batch of source records to one target entity yields."""
 
-    records: DataFrame  # ENTITY_RECORDS without bucket
+    records: DataFrame  # ENTITY_RECORDS without bucket (op SEEN for failed records whose key is known)
     errors: DataFrame  # RECORD_ERRORS
     refreshes: DataFrame  # REFRESHES: child refreshes (message refreshes come from refresh_messages)
     children: dict[str, DataFrame]  # child entity -> source records (values by the child's field names)
@@ -429,11 +433,14 @@ def map_to_target(
     link_keys: dict[str, tuple[str, ...]],
     *,
     child_of: str | None = None,
+    link_fields: dict[str, dict[str, FieldDef]] | None = None,
 ) -> MappedRecords:
     """Source records -> records of target ``entity_name`` through ``mapping``: converted, keyed, linked.
 
     ``link_lookups[e]`` holds the live rows of each linked entity ``e`` as (guid, values: map of the
-    canonical text of its fields), ``link_keys[e]`` its key fields (the default link key).
+    canonical text of its fields), ``link_keys[e]`` its key fields (the default link key), and
+    ``link_fields[e]`` its field definitions: source link-key values are converted to those types
+    before the lookup (an integer key sent as ``1.0`` or a timestamp key without milliseconds match).
     ``child_of`` names the parent-identifier field when the records are children built from a
     parent's array: their values use target names and carry the parent's guid.
     """
@@ -493,7 +500,9 @@ def map_to_target(
         target_keys = list(f.linkKey or link_keys[f.linkEntity or ""])
         fm = fmap.get(name)
         source_keys = list(fm.sourceLinkKey) if fm and fm.sourceLinkKey else target_keys
-        df = _resolve_link(df, name, f, source_keys, target_keys, link_lookups[f.linkEntity or ""])
+        target_defs = (link_fields or {}).get(f.linkEntity or "", {})
+        key_defs = [target_defs.get(k) for k in target_keys]
+        df = _resolve_link(df, name, f, source_keys, target_keys, link_lookups[f.linkEntity or ""], key_defs)
 
     for k in keys:
         errs_k = F.when(
@@ -510,8 +519,15 @@ def map_to_target(
         if entity.fields[n].stored
     }
     ok = df.where(F.size("_errs") == 0)
-    records = _record_columns(ok, entity_name, keys, mapping.priority, field_priority)
-    errors = _error_rows(df.where(F.size("_errs") > 0), entity_name)
+    failed = df.where(F.size("_errs") > 0)
+    # A failed record whose key is known still names its row: a refresh (or its parent's list of
+    # children) must not delete that row because the record could not be applied.
+    keyed = failed.where(F.forall(F.array(*[F.col("fields")[k] for k in keys]), lambda v: v.isNotNull()))
+    seen = _record_columns(keyed, entity_name, keys, mapping.priority, field_priority).withColumns(
+        {"op": F.lit(SEEN), "fields": F.map_filter("fields", lambda k, _: F.array_contains(_lits(keys), k))}
+    )
+    records = _record_columns(ok, entity_name, keys, mapping.priority, field_priority).unionByName(seen)
+    errors = _error_rows(failed, entity_name)
 
     children: dict[str, DataFrame] = {}
     refresh_parts: list[DataFrame] = []
@@ -565,14 +581,33 @@ def map_to_target(
 
 
 def _resolve_link(
-    df: DataFrame, name: str, f: FieldDef, source_keys: list[str], target_keys: list[str], lookup: DataFrame
+    df: DataFrame,
+    name: str,
+    f: FieldDef,
+    source_keys: list[str],
+    target_keys: list[str],
+    lookup: DataFrame,
+    key_defs: Sequence[FieldDef | None] = (),
 ) -> DataFrame:
     """Adds the link field to ``fields`` (the linked row's guid) and link errors to ``_errs``.
 
     All key values null -> the link is null (without a lookup). No live row matches -> status 1
-    (requires reprocessing); more than one -> an error. Values compare as canonical text.
+    (requires reprocessing); more than one -> an error. Values compare as canonical text: each source
+    value is first converted to its target key's type (``key_defs``; a value that cannot be is an error).
     """
-    raw = F.array(*[F.col("values")[s] for s in source_keys])
+    defs = (list(key_defs) + [None] * len(source_keys))[: len(source_keys)]
+    convs = [
+        convert_value(F.col("values")[s], d, s) if d is not None else None
+        for s, d in zip(source_keys, defs, strict=True)
+    ]
+    raw = F.array(
+        *[c["value"] if c is not None else F.col("values")[s] for s, c in zip(source_keys, convs, strict=True)]
+    )
+    bad = [
+        F.when(c["error"].isNotNull(), _err(MessageStatus.ERROR, F.concat(F.lit(f"link {name}: "), c["error"])))
+        for c in convs
+        if c is not None
+    ]
     present = F.exists(F.array(*[F.map_contains_key("values", s) for s in source_keys]), lambda x: x)
     all_null = F.forall(raw, lambda x: x.isNull())
     matches = (
@@ -590,9 +625,9 @@ def _resolve_link(
         .when(F.col("_ln").isNull(), _err(MessageStatus.REQUIRES_REPROCESSING, what))
         .when(F.col("_ln") > 1, _err(MessageStatus.ERROR, many))
     )
-    value = F.when(all_null, F.lit(None).cast("string")).otherwise(F.col("_lg"))
+    value = F.when(~all_null & (F.col("_ln") == 1), F.col("_lg"))
     return (
-        joined.withColumn("_errs", F.concat("_errs", F.array(err)))
+        joined.withColumn("_errs", F.concat("_errs", F.array(err, *bad)))
         .withColumn(
             "fields",
             F.when(present, F.map_concat("fields", F.create_map(F.lit(name), value))).otherwise(F.col("fields")),
@@ -742,8 +777,10 @@ def fold_versions(records: DataFrame) -> DataFrame:
     Rows are clustered by guid and sorted within each partition so one Python pass folds every key
     (no per-group overhead); the fold itself is ``ngsi_assets.ngsi.versioning``.
     """
-    ordered = records.repartition("guid").sortWithinPartitions(
-        "entity", "guid", "effective_ts", "message_identifier", "record_seq", "op"
+    ordered = (
+        records.where(F.col("op") != SEEN)
+        .repartition("guid")
+        .sortWithinPartitions("entity", "guid", "effective_ts", "message_identifier", "record_seq", "op")
     )
     return ordered.mapInArrow(_fold_batches, VERSIONS)
 
