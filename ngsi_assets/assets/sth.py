@@ -1,0 +1,220 @@
+"""STH aggregates: per-hour partial aggregates in the lake, whole STH-Comet documents in MongoDB."""
+
+from datetime import UTC, datetime
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    BackfillPolicy,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
+from dagster_pyspark import LazyPySparkResource
+from pyspark import StorageLevel
+from pyspark.sql import functions as F
+
+from ngsi_assets.assets.ingest import ngsi_events
+from ngsi_assets.ngsi.sth_config import Resolution
+from ngsi_assets.partitions import hourly_partitions
+from ngsi_assets.sinks.sth_mongo import expire_documents, publish_documents
+from ngsi_assets.transforms.schemas import NGSI_EVENTS
+from ngsi_assets.transforms.sth import (
+    ACTION_REJECT,
+    DOC_COLUMNS,
+    STATUS_REJECTED,
+    STATUS_SAMPLE,
+    STATUS_SKIPPED,
+    STH_PARTIALS,
+    STH_REJECTS,
+    build_documents,
+    classify_events,
+    day_hour_mismatches,
+    documents_of,
+    sth_partials,
+    sth_rejects,
+    with_tombstones,
+)
+from resources.lake import LakeResource
+from resources.mongo import MongoResource
+from resources.sth_mongo import STHSinkResource
+
+GROUP = "sth"
+PARTIALS = "sth_partials"
+REJECTS = "sth_rejects"
+EXAMPLES = 5
+# Collections listed one by one in the metadata; the rest are summed up.
+MAX_LISTED_COLLECTIONS = 50
+
+
+def _origin_filter(touched_bounds: list) -> F.Column | None:
+    """Per-resolution origin ranges of the touched documents: lets Parquet skip row groups of old hours."""
+    cond = None
+    for row in touched_bounds:
+        term = (F.col("resolution") == row["resolution"]) & F.col("origin").between(row["lo"], row["hi"])
+        cond = term if cond is None else cond | term
+    return cond
+
+
+@asset(
+    deps=[ngsi_events],
+    partitions_def=hourly_partitions,
+    backfill_policy=BackfillPolicy.single_run(),
+    group_name=GROUP,
+    kinds={"spark", "parquet", "mongodb"},
+    check_specs=[
+        AssetCheckSpec("day_samples_equal_hour_samples", asset="sth_aggregates"),
+        AssetCheckSpec("documents_within_mongodb_limits", asset="sth_aggregates"),
+        AssetCheckSpec("no_text_in_numeric_documents", asset="sth_aggregates"),
+    ],
+)
+def sth_aggregates(
+    context: AssetExecutionContext,
+    spark: LazyPySparkResource,
+    lake: LakeResource,
+    sth: STHSinkResource,
+) -> MaterializeResult:
+    """One STH-Comet document per (database, collection, _id: entity/attribute, origin, resolution).
+
+    Seed 002 (Cygnus NGSISTHSink): samples, sum, sum2, min, max per slot for numeric values, an
+    occur map for strings, for each configured resolution. The lake keeps per-hour partial
+    aggregates (`sth_partials`, replaced per run) and the events that cannot be written
+    (`sth_rejects`, with the reason); every document an hour touches is rebuilt from the partials
+    of all hours and written whole to MongoDB (when `NGSI_MONGO_URL` is set), so reruns and
+    backfills in any order leave the same documents.
+    """
+    config = sth.sth_config()
+    keys = context.partition_keys
+    session = spark.spark_session
+    now = datetime.now(UTC)
+
+    events = lake.read(session, "ngsi_events", NGSI_EVENTS, keys)
+    # Three consumers (rejects, partials, counts): classify (and name) each event once.
+    classified = classify_events(events, config).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        lake.replace_partitions(sth_rejects(classified), REJECTS, keys)
+        old = lake.read(session, PARTIALS, STH_PARTIALS, keys)
+        lake.replace_partitions(with_tombstones(sth_partials(classified, config.resolutions), old), PARTIALS, keys)
+        by_status = {r["status"]: int(r["count"]) for r in classified.groupBy("status").count().collect()}
+    finally:
+        classified.unpersist()
+    run_partials = lake.read(session, PARTIALS, STH_PARTIALS, keys)
+    touched = run_partials.select(*DOC_COLUMNS).distinct()
+    bounds = touched.groupBy("resolution").agg(F.min("origin").alias("lo"), F.max("origin").alias("hi")).collect()
+    all_partials = lake.read(session, PARTIALS, STH_PARTIALS)
+    origin_filter = _origin_filter(bounds)
+    if origin_filter is not None:
+        all_partials = all_partials.where(origin_filter)
+    documents = build_documents(documents_of(all_partials, touched), config, int(now.timestamp() * 1000))
+    documents = documents.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        by_action = {r["action"]: int(r["count"]) for r in documents.groupBy("action").count().collect()}
+        rejected_docs = [
+            {"database": r["database"], "collection": r["collection"], "reason": r["reason"]}
+            for r in documents.where(F.col("action") == ACTION_REJECT).limit(EXAMPLES).collect()
+        ]
+        mixed = documents.where(F.col("droppedTextSamples") > 0)
+        mixed_count = mixed.count()
+        mixed_examples = [
+            {
+                "database": r["database"],
+                "collection": r["collection"],
+                "attrName": r["idAttrName"],
+                "resolution": r["resolution"],
+                "droppedTextSamples": r["droppedTextSamples"],
+            }
+            for r in mixed.limit(EXAMPLES).collect()
+        ]
+        both = Resolution.DAY in config.resolutions and Resolution.HOUR in config.resolutions
+        mismatches = day_hour_mismatches(documents) if both else None
+        mismatch_count = mismatches.count() if mismatches is not None else 0
+        mismatch_examples = (
+            [
+                {
+                    "collection": r["collection"],
+                    "day": str(r["day"]),
+                    "hour": r["hourSamples"],
+                    "day_doc": r["daySamples"],
+                }
+                for r in mismatches.limit(EXAMPLES).collect()
+            ]
+            if mismatches is not None and mismatch_count
+            else []
+        )
+
+        publish: dict[str, object]
+        if sth.mongo_url:
+            # Ping first: an unreachable server fails the run with a clear message before Spark starts writing.
+            with MongoResource(url=sth.mongo_url).client() as client:
+                pass
+            written = publish_documents(documents, sth.mongo_url, config)
+            with MongoResource(url=sth.mongo_url).client() as client:
+                expired = expire_documents(client, config, now)
+            per_collection = {
+                f"{db}.{coll}": {"replaced": rep, "deleted": dele}
+                for (db, coll), (rep, dele) in sorted(written.items())[:MAX_LISTED_COLLECTIONS]
+            }
+            publish = {
+                "published": True,
+                "collections_written": len(written),
+                "documents_replaced": sum(v[0] for v in written.values()),
+                "documents_deleted": sum(v[1] for v in written.values()),
+                "documents_written_per_collection": MetadataValue.json(per_collection),
+                "documents_expired": sum(expired.values()),
+            }
+        else:
+            publish = {
+                "published": False,
+                "publish_skipped": "MongoDB not configured (set NGSI_MONGO_URL): lake aggregates only",
+            }
+    finally:
+        documents.unpersist()
+
+    reject_rows = by_status.get(STATUS_REJECTED, 0)
+    return MaterializeResult(
+        metadata={
+            "events": sum(by_status.values()),
+            "samples": by_status.get(STATUS_SAMPLE, 0),
+            "skipped_null_or_white_space": by_status.get(STATUS_SKIPPED, 0),
+            "rejects": reject_rows,
+            "documents_touched": sum(by_action.values()),
+            "documents_by_action": MetadataValue.json(by_action),
+            "resolutions": ",".join(r.value for r in config.resolutions),
+            "data_model": config.data_model.value,
+            **publish,
+        },
+        check_results=[
+            AssetCheckResult(
+                check_name="day_samples_equal_hour_samples",
+                passed=mismatch_count == 0,
+                severity=AssetCheckSeverity.ERROR,
+                description="For every day whose hour document was rebuilt, the day document's slot counts as "
+                "many samples as the hour document's slots together."
+                + ("" if both else " Not applicable: day and hour are not both configured."),
+                metadata={"mismatches": mismatch_count, "examples": MetadataValue.json(mismatch_examples)},
+            ),
+            AssetCheckResult(
+                check_name="documents_within_mongodb_limits",
+                passed=not rejected_docs,
+                severity=AssetCheckSeverity.WARN,
+                description="No rebuilt document exceeds MongoDB's 16 MiB limit (such documents are not written).",
+                metadata={
+                    "rejected_documents": by_action.get(ACTION_REJECT, 0),
+                    "examples": MetadataValue.json(rejected_docs),
+                },
+            ),
+            AssetCheckResult(
+                check_name="no_text_in_numeric_documents",
+                passed=mixed_count == 0,
+                severity=AssetCheckSeverity.WARN,
+                description="A document with numeric samples leaves its non-numeric string samples out; they stay "
+                "in sth_partials.",
+                metadata={"documents": mixed_count, "examples": MetadataValue.json(mixed_examples)},
+            ),
+        ],
+    )
+
+
+__all__ = ["sth_aggregates", "PARTIALS", "REJECTS", "STH_REJECTS"]

@@ -1,0 +1,194 @@
+"""STH documents -> MongoDB: whole documents replaced (or deleted) by ``_id``, bulk writes from executors.
+
+Every document is written whole with ``replace_one(upsert=True)`` (never ``$inc``), its fields in
+one fixed order (``_id``, ``attrType``, ``points``; points by offset; occur keys sorted), so the
+stored bytes depend only on the aggregates in the lake, whatever order hours were run in.
+
+Writes run in Spark executors (``mapPartitions``): each task opens its own client from a plain URL,
+groups its rows by collection and sends ordered-free bulk writes of ``batch_size`` operations. A
+bulk write that fails for a transient reason (network, primary stepping down) is retried after
+``batch_retry_intervals`` up to ``batch_ttl`` times; replacing a whole document is idempotent, so a
+retry cannot count a sample twice. Only per-collection counts come back to the driver.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from pymongo import DeleteOne, MongoClient, ReplaceOne
+from pymongo.errors import AutoReconnect, BulkWriteError, ConnectionFailure, NetworkTimeout
+from pyspark.sql import DataFrame
+
+from ngsi_assets.ngsi.sth_config import DataModel, STHConfig
+from ngsi_assets.ngsi.sth_naming import (
+    AGGR_SUFFIX,
+    encode_collection_new,
+    encode_collection_old,
+    encode_database_new,
+    encode_database_old,
+    id_fields,
+)
+from ngsi_assets.transforms.sth import ACTION_DELETE, ACTION_UPSERT
+
+_ID_COLUMN = {"entityId": "idEntityId", "entityType": "idEntityType", "attrName": "idAttrName"}
+# Errors after which the same bulk write may simply be sent again.
+_TRANSIENT = (AutoReconnect, ConnectionFailure, NetworkTimeout)
+_TRANSIENT_CODES = frozenset({6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436})
+
+
+class STHPublishError(RuntimeError):
+    """A bulk write of STH documents failed for good (after its retries)."""
+
+
+def origin_datetime(origin_ms: int) -> datetime:
+    return datetime.fromtimestamp(origin_ms / 1000, UTC)
+
+
+def document_id(row: dict[str, Any], data_model: DataModel) -> dict[str, Any]:
+    """The ``_id`` of a document row: the data model's entity/attribute fields, origin, resolution, range."""
+    doc_id: dict[str, Any] = {name: row[_ID_COLUMN[name]] for name in id_fields(data_model)}
+    doc_id["origin"] = origin_datetime(row["origin"])
+    doc_id["resolution"] = row["resolution"]
+    doc_id["range"] = row["range"]
+    return doc_id
+
+
+def to_document(row: dict[str, Any], data_model: DataModel) -> dict[str, Any]:
+    """The STH-Comet document of a row of ``build_documents`` (fields in a fixed order)."""
+    points: list[dict[str, Any]] = []
+    for p in sorted(row["points"], key=lambda p: p["offset"]):
+        if row["numeric"]:
+            points.append(
+                {
+                    "offset": int(p["offset"]),
+                    "samples": int(p["samples"]),
+                    "sum": float(p["sum"]),
+                    "sum2": float(p["sum2"]),
+                    "min": float(p["min"]),
+                    "max": float(p["max"]),
+                }
+            )
+        else:
+            occur = p["occur"] or {}
+            points.append(
+                {
+                    "offset": int(p["offset"]),
+                    "samples": int(p["samples"]),
+                    "occur": {k: int(occur[k]) for k in sorted(occur)},
+                }
+            )
+    return {"_id": document_id(row, data_model), "attrType": row["attrType"], "points": points}
+
+
+def _bulk_write_with_retries(client: MongoClient, database: str, collection: str, ops: list, config: STHConfig) -> None:
+    attempt = 0
+    while True:
+        try:
+            client[database][collection].bulk_write(ops, ordered=False)
+            return
+        except BulkWriteError as exc:
+            codes = {e.get("code") for e in exc.details.get("writeErrors", [])}
+            if not codes <= _TRANSIENT_CODES:
+                first = exc.details.get("writeErrors", [{}])[0]
+                raise STHPublishError(
+                    f"bulk write to {database}.{collection} failed: {first.get('errmsg', exc)}"
+                ) from exc
+            error: Exception = exc
+        except _TRANSIENT as exc:
+            error = exc
+        attempt += 1
+        if config.batch_ttl != -1 and attempt > config.batch_ttl:
+            raise STHPublishError(
+                f"bulk write to {database}.{collection} failed after {attempt - 1} retries: {error}"
+            ) from error
+        time.sleep(config.retry_interval_ms(attempt) / 1000)
+
+
+def write_partition(rows: Iterable[Any], url: str, config: STHConfig) -> Iterator[tuple[str, str, int, int]]:
+    """Write one Spark partition of document rows; yield (database, collection, replaced, deleted).
+
+    Rows are expected grouped by (database, collection) (the caller sorts within partitions).
+    """
+    counts: dict[tuple[str, str], list[int]] = {}
+    client: MongoClient[dict[str, Any]] | None = None
+    ops: list[Any] = []
+    current: tuple[str, str] | None = None
+
+    def flush() -> None:
+        if ops and current is not None:
+            assert client is not None
+            _bulk_write_with_retries(client, current[0], current[1], ops, config)
+            ops.clear()
+
+    try:
+        for spark_row in rows:
+            row = spark_row.asDict(recursive=True)
+            key = (row["database"], row["collection"])
+            if key != current or len(ops) >= config.batch_size:
+                if client is None:
+                    client = MongoClient(url, tz_aware=True, appname="ngsi-assets-sth", serverSelectionTimeoutMS=30_000)
+                flush()
+                current = key
+            tally = counts.setdefault(key, [0, 0])
+            if row["action"] == ACTION_UPSERT:
+                doc = to_document(row, config.data_model)
+                ops.append(ReplaceOne({"_id": doc["_id"]}, doc, upsert=True))
+                tally[0] += 1
+            elif row["action"] == ACTION_DELETE:
+                ops.append(DeleteOne({"_id": document_id(row, config.data_model)}))
+                tally[1] += 1
+        flush()
+    finally:
+        if client is not None:
+            client.close()
+    for (database, collection), (replaced, deleted) in counts.items():
+        yield (database, collection, replaced, deleted)
+
+
+def publish_documents(documents: DataFrame, url: str, config: STHConfig) -> dict[tuple[str, str], tuple[int, int]]:
+    """Replace or delete ``documents`` (rows of ``build_documents``) in MongoDB, from the executors.
+
+    Returns (documents replaced, documents deleted) per (database, collection): one small row per
+    collection touched, summed on the executors before reaching the driver.
+    """
+    todo = documents.where(documents["action"].isin(ACTION_UPSERT, ACTION_DELETE)).sortWithinPartitions(
+        "database", "collection"
+    )
+    counted = todo.rdd.mapPartitions(lambda rows: write_partition(rows, url, config))
+    summed = counted.map(lambda r: ((r[0], r[1]), (r[2], r[3]))).reduceByKey(lambda a, b: (a[0] + b[0], a[1] + b[1]))
+    return dict(summed.collect())
+
+
+def database_prefix(config: STHConfig) -> str:
+    return encode_database_new(config.db_prefix) if config.enable_encoding else encode_database_old(config.db_prefix)
+
+
+def collection_prefix(config: STHConfig) -> str:
+    if config.enable_encoding:
+        return encode_collection_new(config.collection_prefix)
+    return encode_collection_old(config.collection_prefix)
+
+
+def expire_documents(client: MongoClient, config: STHConfig, now: datetime) -> dict[tuple[str, str], int]:
+    """Delete documents whose ``_id.origin`` is older than ``data_expiration`` seconds before ``now``.
+
+    Looks in every STH collection (``collection_prefix`` ... ``.aggr``) of every database starting
+    with ``db_prefix``; returns the documents deleted per collection (collections with none left out).
+    """
+    if config.data_expiration <= 0:
+        return {}
+    cutoff = datetime.fromtimestamp(now.timestamp() - config.data_expiration, UTC)
+    db_prefix, coll_prefix = database_prefix(config), collection_prefix(config)
+    deleted: dict[tuple[str, str], int] = {}
+    for database in sorted(client.list_database_names()):
+        if not database.startswith(db_prefix):
+            continue
+        for collection in sorted(client[database].list_collection_names()):
+            if collection.startswith(coll_prefix) and collection.endswith(AGGR_SUFFIX):
+                n = client[database][collection].delete_many({"_id.origin": {"$lt": cutoff}}).deleted_count
+                if n:
+                    deleted[(database, collection)] = n
+    return deleted

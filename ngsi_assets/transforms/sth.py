@@ -1,0 +1,501 @@
+"""NGSI events -> STH samples -> per-partition partial aggregates -> STH-Comet documents.
+
+Pure DataFrame -> DataFrame functions: no I/O, no actions; the time used for expiration is passed in.
+Every time computation works on epoch milliseconds and ``DateType`` days, so the result does not
+depend on the session time zone.
+
+Determinism: floating-point sums depend on the order of the additions, and Spark's ``sum`` adds in
+whatever order rows arrive. Sums here are folds over sorted values (within a partition) and over
+partials sorted by partition (across partitions), so the same lake gives the same bytes.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from ngsi_assets.ngsi.constants import MD_TIME_INSTANT
+from ngsi_assets.ngsi.sth_config import DataModel, Resolution, STHConfig
+from ngsi_assets.ngsi.sth_naming import OCCUR_ESCAPES, RANGES, SLOTS, STHNameError, sth_names
+
+# A JSON number as text (what Orion sends for a number, or a sensor for a number in a string):
+# optional '-', digits, optional fraction, optional exponent. It must also be finite as a double.
+NUMERIC_PATTERN = r"^-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$"
+# Empty, or only Unicode white space (Java's \s with UNICODE_CHARACTER_CLASS).
+WHITE_SPACE_PATTERN = r"(?U)^\s*$"
+
+STATUS_SAMPLE = "sample"
+STATUS_SKIPPED = "skipped"
+STATUS_REJECTED = "rejected"
+
+REASON_NULL = "null value: no sample"
+REASON_WHITE_SPACE = "value made only of white space (ignore_white_spaces=true)"
+REASON_NUL_VALUE = "string value contains a NUL character, which a MongoDB key (occur map) cannot hold"
+
+# MongoDB refuses documents over 16 MiB; leave room for the envelope of the write command.
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024 - 16 * 1024
+
+ACTION_UPSERT = "upsert"
+ACTION_DELETE = "delete"
+ACTION_REJECT = "reject"
+
+_MD_ARRAY = ArrayType(
+    StructType(
+        [StructField("name", StringType()), StructField("type", StringType()), StructField("value", StringType())]
+    )
+)
+_NAMES = StructType(
+    [StructField("database", StringType()), StructField("collection", StringType()), StructField("error", StringType())]
+)
+_OCCUR = MapType(StringType(), LongType())
+_LATEST = StructType(
+    [
+        StructField("timeMs", LongType()),
+        StructField("recvTimeTs", LongType()),
+        StructField("messageId", StringType()),
+        StructField("entityIndex", IntegerType()),
+        StructField("attrType", StringType()),
+    ]
+)
+
+# The document identity: database, collection and the entity/attribute fields of _id (null where
+# the data model leaves them out of _id), then resolution and origin.
+ID_COLUMNS = ["database", "collection", "idEntityId", "idEntityType", "idAttrName"]
+DOC_COLUMNS = [*ID_COLUMNS, "resolution", "origin"]
+SLOT_COLUMNS = [*DOC_COLUMNS, "offset"]
+
+# Per-partition partial aggregates: one row per (document, offset) and receive hour (dt).
+STH_PARTIALS = StructType(
+    [
+        StructField("database", StringType(), False),
+        StructField("collection", StringType(), False),
+        StructField("idEntityId", StringType()),
+        StructField("idEntityType", StringType()),
+        StructField("idAttrName", StringType()),
+        StructField("resolution", StringType(), False),
+        StructField("origin", LongType(), False),
+        StructField("offset", IntegerType(), False),
+        StructField("samples", LongType(), False),
+        StructField("numSamples", LongType(), False),
+        StructField("sum", DoubleType()),
+        StructField("sum2", DoubleType()),
+        StructField("min", DoubleType()),
+        StructField("max", DoubleType()),
+        StructField("occur", _OCCUR),
+        StructField("latest", _LATEST),
+        StructField("dt", StringType(), False),
+    ]
+)
+
+# Events that give no sample because they cannot be written, with the reason.
+STH_REJECTS = StructType(
+    [
+        StructField("messageId", StringType(), False),
+        StructField("entityIndex", IntegerType(), False),
+        StructField("fiwareService", StringType(), False),
+        StructField("fiwareServicePath", StringType(), False),
+        StructField("entityId", StringType(), False),
+        StructField("entityType", StringType()),
+        StructField("attrName", StringType(), False),
+        StructField("attrValue", StringType()),
+        StructField("reason", StringType(), False),
+        StructField("dt", StringType(), False),
+    ]
+)
+
+POINT = StructType(
+    [
+        StructField("offset", IntegerType(), False),
+        StructField("samples", LongType(), False),
+        StructField("sum", DoubleType(), False),
+        StructField("sum2", DoubleType(), False),
+        StructField("min", DoubleType(), False),
+        StructField("max", DoubleType(), False),
+        StructField("occur", _OCCUR, False),
+        StructField("allSamples", LongType(), False),
+    ]
+)
+
+STH_DOCUMENTS = StructType(
+    [
+        *[f for f in STH_PARTIALS.fields if f.name in DOC_COLUMNS],
+        StructField("range", StringType(), False),
+        StructField("attrType", StringType()),
+        StructField("numeric", BooleanType(), False),
+        StructField("points", ArrayType(POINT, False), False),
+        StructField("totalSamples", LongType(), False),
+        StructField("droppedTextSamples", LongType(), False),
+        StructField("estimatedBytes", LongType(), False),
+        StructField("action", StringType(), False),
+        StructField("reason", StringType()),
+    ]
+)
+
+
+def time_instant_ms() -> Column:
+    """Epoch ms of the attribute's own TimeInstant metadata, or null if absent or not a time.
+
+    The value may be an ISO 8601 time (a zone-less one is UTC) or epoch milliseconds (digits), as
+    Cygnus accepts.
+    """
+    md = F.from_json(F.col("attrMd"), _MD_ARRAY)
+    value = F.get(F.filter(md, lambda m: m["name"] == MD_TIME_INSTANT), 0)["value"]
+    return F.when(value.rlike(r"^-?[0-9]{1,15}$"), value.try_cast("long")).otherwise(
+        F.unix_millis(value.try_cast("timestamp"))
+    )
+
+
+def _names_udf(config: STHConfig):
+    @F.udf(_NAMES)
+    def names(service: str, path: str, entity_id: str, entity_type: str, attr: str) -> tuple:
+        try:
+            n = sth_names(service, path, entity_id, entity_type or None, attr, config)
+        except STHNameError as exc:
+            return (None, None, str(exc))
+        return (n.database, n.collection, None)
+
+    return names
+
+
+def classify_events(events: DataFrame, config: STHConfig) -> DataFrame:
+    """One row per NGSI event with its STH fate: ``status`` sample, skipped or rejected, and ``reason``.
+
+    Samples carry the STH time ``timeMs`` (TimeInstant metadata of the attribute, else recvTime),
+    ``numValue`` (numeric samples) or ``occurKey`` (string samples, '$' and '.' escaped), and the
+    document identity columns (database, collection, and the _id fields of the data model).
+    """
+    name_cols = ["fiwareService", "fiwareServicePath", "entityId", "_nameType", "attrName"]
+    events = events.withColumn("_nameType", F.coalesce(F.col("entityType"), F.lit("")))
+    names = (
+        events.select(*name_cols).distinct().withColumn("_names", _names_udf(config)(*[F.col(c) for c in name_cols]))
+    )
+    named = events.join(names, name_cols, "left")
+    value = F.col("attrValue")
+    as_double = value.try_cast("double")
+    numeric = (
+        value.rlike(NUMERIC_PATTERN)
+        & as_double.isNotNull()
+        & ~F.isnan(as_double)
+        & (F.abs(as_double) < F.lit(float("inf")))
+    )
+    white = value.rlike(WHITE_SPACE_PATTERN) if config.ignore_white_spaces else F.lit(False)
+    reason = (
+        F.when(value.isNull(), F.lit(REASON_NULL))
+        .when(white, F.lit(REASON_WHITE_SPACE))
+        .when(F.col("_names.error").isNotNull(), F.col("_names.error"))
+        .when(~numeric & (F.instr(value, "\x00") > 0), F.lit(REASON_NUL_VALUE))
+    )
+    status = (
+        F.when(value.isNull() | white, F.lit(STATUS_SKIPPED))
+        .when(reason.isNotNull(), F.lit(STATUS_REJECTED))
+        .otherwise(F.lit(STATUS_SAMPLE))
+    )
+    model = config.data_model
+    by_path = model is DataModel.BY_SERVICE_PATH
+    keeps_attr = model in (DataModel.BY_SERVICE_PATH, DataModel.BY_ENTITY)
+    null = F.lit(None).cast("string")
+    occur_key = value
+    for raw, escaped in OCCUR_ESCAPES.items():
+        occur_key = F.replace(occur_key, F.lit(raw), F.lit(escaped))
+    return named.select(
+        *[c for c in events.columns if c != "_nameType"],
+        status.alias("status"),
+        reason.alias("reason"),
+        F.coalesce(time_instant_ms(), F.col("recvTimeTs")).alias("timeMs"),
+        # + 0.0 turns -0.0 into 0.0, so min/max never depend on which zero came first.
+        F.when(numeric, as_double + F.lit(0.0)).alias("numValue"),
+        F.when(~numeric, occur_key).alias("occurKey"),
+        F.col("_names.database").alias("database"),
+        F.col("_names.collection").alias("collection"),
+        (F.col("entityId") if by_path else null).alias("idEntityId"),
+        (F.col("entityType") if by_path else null).alias("idEntityType"),
+        (F.col("attrName") if keeps_attr else null).alias("idAttrName"),
+    )
+
+
+def sth_rejects(classified: DataFrame) -> DataFrame:
+    """One row per event that cannot be written to MongoDB, keyed by (messageId, entityIndex, attrName)."""
+    return classified.where(F.col("status") == STATUS_REJECTED).select(*STH_REJECTS.fieldNames())
+
+
+def _slot(resolution: Resolution, t: Column) -> tuple[Column, Column]:
+    """(origin ms, offset) of epoch-ms time ``t`` for ``resolution``, independent of the session zone."""
+    day = F.floor(t / F.lit(86_400_000.0))
+    date = F.date_from_unix_date(day.cast("int"))
+    if resolution is Resolution.SECOND:
+        return F.floor(t / F.lit(60_000.0)) * 60_000, F.pmod(F.floor(t / F.lit(1000.0)), F.lit(60))
+    if resolution is Resolution.MINUTE:
+        return F.floor(t / F.lit(3_600_000.0)) * 3_600_000, F.pmod(F.floor(t / F.lit(60_000.0)), F.lit(60))
+    if resolution is Resolution.HOUR:
+        return day * 86_400_000, F.pmod(F.floor(t / F.lit(3_600_000.0)), F.lit(24))
+    if resolution is Resolution.DAY:
+        return F.unix_date(F.trunc(date, "MM")).cast("long") * 86_400_000, F.dayofmonth(date)
+    return F.unix_date(F.trunc(date, "YEAR")).cast("long") * 86_400_000, F.month(date) - 1
+
+
+def explode_slots(samples: DataFrame, resolutions: tuple[Resolution, ...]) -> DataFrame:
+    """One row per (sample, configured resolution) with ``resolution``, ``origin`` (epoch ms) and ``offset``."""
+    t = F.col("timeMs")
+    slots = []
+    for res in resolutions:
+        origin, offset = _slot(res, t)
+        slots.append(
+            F.struct(
+                F.lit(res.value).alias("resolution"),
+                origin.cast("long").alias("origin"),
+                offset.cast("int").alias("offset"),
+            )
+        )
+    return (
+        samples.select("*", F.explode(F.array(*slots)).alias("_slot"))
+        .select("*", "_slot.resolution", "_slot.origin", "_slot.offset")
+        .drop("_slot")
+    )
+
+
+def _fold_sum(values: Column, square: bool = False) -> Column:
+    """Sum of an array of doubles in its given order (callers sort it first)."""
+    return F.aggregate(values, F.lit(0.0), lambda acc, x: acc + (x * x if square else x))
+
+
+def sth_partials(classified: DataFrame, resolutions: tuple[Resolution, ...]) -> DataFrame:
+    """One row per (document, offset, dt): samples, numeric sum/sum2/min/max, string occurrences.
+
+    ``samples`` counts every sample, ``numSamples`` the numeric ones; ``occur`` maps escaped string
+    values to their counts; ``latest`` is the newest sample's (time, receive time, message, entity
+    index, attrType), which decides the document's attrType.
+    """
+    samples = classified.where(F.col("status") == STATUS_SAMPLE)
+    slots = explode_slots(samples, resolutions)
+    latest = F.struct(F.col("timeMs"), F.col("recvTimeTs"), F.col("messageId"), F.col("entityIndex"), F.col("attrType"))
+    by_value = slots.groupBy(*SLOT_COLUMNS, "dt", "occurKey").agg(
+        F.count(F.lit(1)).alias("cnt"),
+        F.sort_array(F.collect_list("numValue")).alias("_nums"),
+        F.min("numValue").alias("min"),
+        F.max("numValue").alias("max"),
+        F.max(latest).alias("latest"),
+    )
+    is_num = F.col("occurKey").isNull()
+    occur_entries = F.collect_list(F.when(~is_num, F.struct(F.col("occurKey"), F.col("cnt"))))
+    partials = by_value.groupBy(*SLOT_COLUMNS, "dt").agg(
+        F.sum("cnt").alias("samples"),
+        F.sum(F.when(is_num, F.col("cnt")).otherwise(F.lit(0))).alias("numSamples"),
+        F.max(F.when(is_num, _fold_sum(F.col("_nums")))).alias("sum"),
+        F.max(F.when(is_num, _fold_sum(F.col("_nums"), square=True))).alias("sum2"),
+        F.max(F.when(is_num, F.col("min"))).alias("min"),
+        F.max(F.when(is_num, F.col("max"))).alias("max"),
+        occur_entries.alias("_occur"),
+        F.max("latest").alias("latest"),
+    )
+    return partials.select(
+        *SLOT_COLUMNS,
+        F.col("samples").cast("long").alias("samples"),
+        F.col("numSamples").cast("long").alias("numSamples"),
+        "sum",
+        "sum2",
+        "min",
+        "max",
+        F.when(F.size("_occur") > 0, F.map_from_entries("_occur")).cast(_OCCUR).alias("occur"),
+        F.col("latest").cast(_LATEST).alias("latest"),
+        "dt",
+    ).select(*STH_PARTIALS.fieldNames())
+
+
+def with_tombstones(new_partials: DataFrame, old_partials: DataFrame) -> DataFrame:
+    """``new_partials`` plus an empty row (samples 0) for every (document, offset, dt) only in ``old_partials``.
+
+    When a rerun of an hour no longer yields samples for a document (data or configuration
+    changed), the empty row keeps that document among those the hour touches, so it is rebuilt
+    (and deleted if nothing is left) instead of keeping stale samples.
+    """
+    gone = _null_safe_anti(old_partials.select(*SLOT_COLUMNS, "dt"), new_partials.select(*SLOT_COLUMNS, "dt"))
+    empty = gone.select(
+        *SLOT_COLUMNS,
+        F.lit(0).cast("long").alias("samples"),
+        F.lit(0).cast("long").alias("numSamples"),
+        *[F.lit(None).cast("double").alias(c) for c in ("sum", "sum2", "min", "max")],
+        F.lit(None).cast(_OCCUR).alias("occur"),
+        F.lit(None).cast(_LATEST).alias("latest"),
+        "dt",
+    )
+    return new_partials.select(*STH_PARTIALS.fieldNames()).unionByName(empty)
+
+
+def _null_safe_cond(left: DataFrame, right: DataFrame, columns: list[str]) -> Column:
+    cond = None
+    for c in columns:
+        term = left[c].eqNullSafe(right[c])
+        cond = term if cond is None else cond & term
+    assert cond is not None
+    return cond
+
+
+def _null_safe_anti(left: DataFrame, right: DataFrame) -> DataFrame:
+    cols = left.columns
+    return left.alias("l").join(right.alias("r"), _null_safe_cond(left, right, cols), "left_anti")
+
+
+def documents_of(partials: DataFrame, keys: DataFrame) -> DataFrame:
+    """The rows of ``partials`` (any hour) whose document (DOC_COLUMNS) is among ``keys``."""
+    keys = keys.select(*DOC_COLUMNS).distinct()
+    return partials.join(keys, _null_safe_cond(partials, keys, DOC_COLUMNS), "left_semi")
+
+
+def build_documents(partials: DataFrame, config: STHConfig, now_ms: int) -> DataFrame:
+    """One row per STH document, keyed by DOC_COLUMNS, from the partials of every hour.
+
+    ``points`` holds every slot of the range (empty ones with samples 0, sum 0, min +inf, max
+    -inf, empty occur). A document with a numeric sample is numeric: its string samples are left
+    out of it and counted in ``droppedTextSamples``. ``action`` is ``upsert``, ``delete`` (no
+    sample left, or origin older than ``data_expiration`` before ``now_ms``) or ``reject`` (over
+    MongoDB's document size limit, with ``reason``).
+    """
+    by_dt = F.sort_array(F.collect_list(F.struct(F.col("dt"), F.col("sum"), F.col("sum2"))))
+    empty_occur = F.create_map().cast(_OCCUR)
+    per_slot = partials.groupBy(*SLOT_COLUMNS).agg(
+        F.sum("samples").alias("samples"),
+        F.sum("numSamples").alias("numSamples"),
+        by_dt.alias("_by_dt"),
+        F.min("min").alias("min"),
+        F.max("max").alias("max"),
+        F.collect_list("occur").alias("_occurs"),
+        F.max("latest").alias("latest"),
+    )
+    per_slot = per_slot.select(
+        *SLOT_COLUMNS,
+        "samples",
+        "numSamples",
+        F.aggregate("_by_dt", F.lit(0.0), lambda acc, x: acc + F.coalesce(x["sum"], F.lit(0.0))).alias("sum"),
+        F.aggregate("_by_dt", F.lit(0.0), lambda acc, x: acc + F.coalesce(x["sum2"], F.lit(0.0))).alias("sum2"),
+        "min",
+        "max",
+        F.aggregate(
+            "_occurs",
+            empty_occur,
+            lambda acc, m: F.map_zip_with(acc, m, lambda _k, a, b: F.coalesce(a, F.lit(0)) + F.coalesce(b, F.lit(0))),
+        ).alias("occur"),
+        "latest",
+    )
+    point_in = F.struct("samples", "numSamples", "sum", "sum2", "min", "max", "occur")
+    docs = per_slot.groupBy(*DOC_COLUMNS).agg(
+        F.sum("samples").alias("totalSamples"),
+        F.sum("numSamples").alias("numSamples"),
+        F.map_from_entries(F.collect_list(F.struct(F.col("offset"), point_in))).alias("_pm"),
+        F.max("latest").alias("latest"),
+    )
+    res = F.col("resolution")
+    lo = F.lit(0)
+    hi = F.lit(0)
+    rng = F.lit(None).cast("string")
+    for r in config.resolutions:
+        lo = F.when(res == r.value, F.lit(SLOTS[r][0])).otherwise(lo)
+        hi = F.when(res == r.value, F.lit(SLOTS[r][1])).otherwise(hi)
+        rng = F.when(res == r.value, F.lit(RANGES[r])).otherwise(rng)
+    # Partials of a resolution no longer configured still name it: give its real slots and range.
+    for r in Resolution:
+        if r not in config.resolutions:
+            lo = F.when(res == r.value, F.lit(SLOTS[r][0])).otherwise(lo)
+            hi = F.when(res == r.value, F.lit(SLOTS[r][1])).otherwise(hi)
+            rng = F.when(res == r.value, F.lit(RANGES[r])).otherwise(rng)
+    numeric = F.col("numSamples") > 0
+
+    def point(o: Column) -> Column:
+        p = F.try_element_at(F.col("_pm"), o)
+        all_samples = F.coalesce(p["samples"], F.lit(0).cast("long"))
+        num_samples = F.coalesce(p["numSamples"], F.lit(0).cast("long"))
+        return F.struct(
+            o.cast("int").alias("offset"),
+            F.when(numeric, num_samples).otherwise(all_samples - num_samples).alias("samples"),
+            F.coalesce(p["sum"], F.lit(0.0)).alias("sum"),
+            F.coalesce(p["sum2"], F.lit(0.0)).alias("sum2"),
+            F.coalesce(p["min"], F.lit(float("inf"))).alias("min"),
+            F.coalesce(p["max"], F.lit(float("-inf"))).alias("max"),
+            F.coalesce(p["occur"], empty_occur).alias("occur"),
+            all_samples.alias("allSamples"),
+        )
+
+    points = F.transform(F.sequence(lo, hi), point)
+    # BSON bytes of a document, from above: each occur entry is a type byte, the key, its NUL and
+    # an int64; each point and the envelope are bounded by the constants.
+    occur_bytes = F.aggregate(
+        F.col("points"),
+        F.lit(0).cast("long"),
+        lambda acc, p: (
+            acc + F.aggregate(F.map_keys(p["occur"]), F.lit(0).cast("long"), lambda a, k: a + F.octet_length(k) + 10)
+        ),
+    )
+    size = F.when(F.col("numeric"), F.lit(0).cast("long")).otherwise(occur_bytes) + F.size("points") * 96 + 512
+    expired = (
+        F.col("origin") < F.lit(now_ms - config.data_expiration * 1000) if config.data_expiration > 0 else F.lit(False)
+    )
+    action = (
+        F.when((F.col("totalSamples") == 0) | expired, F.lit(ACTION_DELETE))
+        .when(F.col("estimatedBytes") > MAX_DOCUMENT_BYTES, F.lit(ACTION_REJECT))
+        .otherwise(F.lit(ACTION_UPSERT))
+    )
+    out = docs.select(
+        *DOC_COLUMNS,
+        rng.alias("range"),
+        F.col("latest.attrType").alias("attrType"),
+        numeric.alias("numeric"),
+        points.alias("points"),
+        F.col("totalSamples").cast("long").alias("totalSamples"),
+        F.when(numeric, F.col("totalSamples") - F.col("numSamples"))
+        .otherwise(F.lit(0))
+        .cast("long")
+        .alias("droppedTextSamples"),
+    )
+    out = out.withColumn("estimatedBytes", size.cast("long"))
+    out = out.withColumn("action", action).withColumn(
+        "reason",
+        F.when(
+            F.col("action") == ACTION_REJECT,
+            F.format_string(
+                "document of about %d bytes exceeds MongoDB's 16 MiB limit (too many distinct string values)",
+                F.col("estimatedBytes"),
+            ),
+        ),
+    )
+    return out.select(*STH_DOCUMENTS.fieldNames())
+
+
+def day_hour_mismatches(documents: DataFrame) -> DataFrame:
+    """One row per (day document slot) whose samples differ from the sum over the day's hour document.
+
+    Counts every sample (numeric and string) on both sides; only days whose hour document is among
+    ``documents`` are compared.
+    """
+    ident = ID_COLUMNS
+    live = documents.where(F.col("action") != ACTION_DELETE)
+    hours = live.where(F.col("resolution") == Resolution.HOUR.value).select(
+        *ident,
+        F.col("origin").alias("day"),
+        F.aggregate("points", F.lit(0).cast("long"), lambda a, p: a + p["allSamples"]).alias("hourSamples"),
+    )
+    days = (
+        documents.where(F.col("resolution") == Resolution.DAY.value)
+        .select(*ident, F.col("origin").alias("month"), F.explode("points").alias("p"))
+        .select(
+            *ident,
+            (F.col("month") + (F.col("p.offset") - 1).cast("long") * 86_400_000).alias("day"),
+            F.col("p.allSamples").alias("daySamples"),
+        )
+    )
+    joined = hours.alias("h").join(days.alias("d"), _null_safe_cond(hours, days, [*ident, "day"]), "left")
+    return joined.select(
+        *[F.col(f"h.{c}").alias(c) for c in ident],
+        F.col("h.day").alias("day"),
+        F.col("h.hourSamples").alias("hourSamples"),
+        F.coalesce(F.col("d.daySamples"), F.lit(0).cast("long")).alias("daySamples"),
+    ).where(F.col("hourSamples") != F.col("daySamples"))

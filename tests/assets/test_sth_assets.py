@@ -1,0 +1,186 @@
+"""sth_aggregates materialized through Dagster: lake datasets, MongoDB documents, reruns and backfill order."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pymongo
+import pytest
+from bson.raw_bson import RawBSONDocument
+from dagster import DagsterInstance, Definitions, define_asset_job, in_process_executor, materialize
+from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+from dagster_pyspark import LazyPySparkResource
+from pyspark.sql import SparkSession
+
+from ngsi_assets.assets.sth import PARTIALS, REJECTS, sth_aggregates
+from ngsi_assets.partitions import hourly_partitions
+from ngsi_assets.transforms.schemas import NGSI_EVENTS
+from ngsi_assets.transforms.sth import STH_PARTIALS, STH_REJECTS
+from resources.lake import LakeResource
+from resources.sth_mongo import STHSinkResource
+from tests.transforms.test_sth import ev, ms
+
+H10 = "2026-03-01-10:00"
+H11 = "2026-03-01-11:00"
+T10 = ms(2026, 3, 1, 10, 20, 0)
+T11 = ms(2026, 3, 1, 11, 5, 0)
+TI_IN_10 = [{"name": "TimeInstant", "type": "DateTime", "value": "2026-03-01T10:59:00Z"}]
+
+EVENTS = {
+    H10: [
+        ev("car1", "speed", "80.5", T10, mid="a1"),
+        ev("car1", "speed", "-3", T10 + 1000, mid="a2"),
+        ev("car1", "state", "on.line", T10, mid="a3", attr_type="Text"),
+        ev("car1", "state", "\x00", T10, mid="a4", attr_type="Text"),  # rejected: NUL
+        ev("car1", "state", "  ", T10, mid="a5", attr_type="Text"),  # skipped: white space
+    ],
+    H11: [
+        ev("car1", "speed", "0.25", T11, mid="b1"),
+        # received at 11:05 but measured at 10:59: lands in the 10:00 hour slot of the day document
+        ev("car1", "speed", "7", T11, mid="b2", md=TI_IN_10),
+        ev("car1", "state", "on.line", T11, mid="b3", attr_type="Text"),
+        ev("car1", "state", "n/a", T11, mid="b4", attr_type="Text"),
+    ],
+}
+
+
+def _write_events(spark: SparkSession, lake: Path, key: str, rows: list[tuple]) -> None:
+    LakeResource(root=str(lake)).replace_partitions(spark.createDataFrame(rows, NGSI_EVENTS), "ngsi_events", [key])
+
+
+def _run(lake: Path, key: str, sth: STHSinkResource) -> tuple[dict[str, Any], dict[str, bool]]:
+    result = materialize(
+        [sth_aggregates],
+        partition_key=key,
+        resources={"spark": LazyPySparkResource(spark_config={}), "lake": LakeResource(root=str(lake)), "sth": sth},
+        instance=DagsterInstance.ephemeral(),
+    )
+    assert result.success
+    (mat,) = result.asset_materializations_for_node("sth_aggregates")
+    metadata = {k: v.value for k, v in mat.metadata.items()}
+    return metadata, {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+
+
+@pytest.fixture
+def db_prefix(mongo_url: str) -> Iterator[str]:
+    prefix = f"t{uuid.uuid4().hex[:8]}_"
+    yield prefix
+    with pymongo.MongoClient(mongo_url, serverSelectionTimeoutMS=10_000) as client:
+        for name in client.list_database_names():
+            if name.startswith(prefix):
+                client.drop_database(name)
+
+
+def test_without_mongodb_the_lake_is_computed_and_publishing_skipped(spark: SparkSession, tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    _write_events(spark, lake, H10, EVENTS[H10])
+    metadata, checks = _run(lake, H10, STHSinkResource(resolutions="hour"))
+    assert metadata["published"] is False
+    assert metadata["publish_skipped"] == "MongoDB not configured (set NGSI_MONGO_URL): lake aggregates only"
+    assert (metadata["events"], metadata["samples"], metadata["skipped_null_or_white_space"], metadata["rejects"]) == (
+        5, 3, 1, 1,
+    )  # fmt: skip
+    assert metadata["documents_by_action"] == {"upsert": 2}
+    assert checks == {
+        "day_samples_equal_hour_samples": True,
+        "documents_within_mongodb_limits": True,
+        "no_text_in_numeric_documents": True,
+    }
+    read = LakeResource(root=str(lake)).read
+    partials = sorted(
+        (r["idAttrName"], r["resolution"], r["offset"], r["samples"], r["sum"], r["occur"])
+        for r in read(spark, PARTIALS, STH_PARTIALS).collect()
+    )
+    assert partials == [("speed", "hour", 10, 2, 77.5, None), ("state", "hour", 10, 1, None, {"on\uff0eline": 1})]
+    rejects = [(r["messageId"], r["reason"], r["dt"]) for r in read(spark, REJECTS, STH_REJECTS).collect()]
+    assert rejects == [
+        ("a4", "string value contains a NUL character, which a MongoDB key (occur map) cannot hold", "2026-03-01-10")
+    ]
+
+
+def _snapshot(url: str, prefix: str) -> list[tuple[str, str, bytes]]:
+    """Every document under ``prefix`` as raw BSON bytes, database name without the prefix."""
+    out = []
+    with pymongo.MongoClient(url, document_class=RawBSONDocument) as client:
+        for database in sorted(n for n in client.list_database_names() if n.startswith(prefix)):
+            for collection in sorted(client[database].list_collection_names()):
+                for doc in client[database][collection].find():
+                    out.append((database[len(prefix) :], collection, doc.raw))
+    return sorted(out)
+
+
+@pytest.mark.integration
+def test_reruns_and_backfill_order_give_byte_identical_documents(
+    spark: SparkSession, tmp_path: Path, mongo_url: str, db_prefix: str
+) -> None:
+    config = {"resolutions": "day,hour", "data_model": "dm-by-entity"}
+    first, second = f"{db_prefix}a_", f"{db_prefix}b_"
+    lake_a, lake_b = tmp_path / "a", tmp_path / "b"
+    for lake in (lake_a, lake_b):
+        for key, rows in EVENTS.items():
+            _write_events(spark, lake, key, rows)
+
+    # In order, once each.
+    sth_a = STHSinkResource(mongo_url=mongo_url, db_prefix=first, **config)
+    _run(lake_a, H10, sth_a)
+    metadata, checks = _run(lake_a, H11, sth_a)
+    assert all(checks.values()), checks
+    # Reverse order, each hour twice.
+    sth_b = STHSinkResource(mongo_url=mongo_url, db_prefix=second, **config)
+    for key in (H11, H10, H10, H11):
+        _run(lake_b, key, sth_b)
+    a, b = _snapshot(mongo_url, first), _snapshot(mongo_url, second)
+    assert len(a) == 4
+    assert a == b
+
+    with pymongo.MongoClient(mongo_url, tz_aware=True) as client:
+        coll = client[f"{first}vehicles"]["sth_/4wheels_car1_car.aggr"]
+        docs = {(d["_id"]["attrName"], d["_id"]["resolution"]): d for d in coll.find()}
+    speed_hour = {p["offset"]: p for p in docs[("speed", "hour")]["points"] if p["samples"]}
+    assert speed_hour == {
+        10: {"offset": 10, "samples": 3, "sum": 84.5, "sum2": 80.5**2 + 9 + 49, "min": -3.0, "max": 80.5},
+        11: {"offset": 11, "samples": 1, "sum": 0.25, "sum2": 0.0625, "min": 0.25, "max": 0.25},
+    }
+    state_day = {p["offset"]: p for p in docs[("state", "day")]["points"] if p["samples"]}
+    assert state_day == {1: {"offset": 1, "samples": 3, "occur": {"n/a": 1, "on\uff0eline": 2}}}
+    assert metadata["documents_written_per_collection"] == {
+        f"{first}vehicles.sth_/4wheels_car1_car.aggr": {"replaced": 4, "deleted": 0}
+    }
+
+
+@pytest.mark.integration
+def test_one_backfill_run_over_both_hours_equals_hour_by_hour(
+    spark: SparkSession, tmp_path: Path, mongo_url: str, db_prefix: str
+) -> None:
+    config = {"resolutions": "hour", "data_model": "dm-by-attribute", "enable_encoding": True}
+    hourly, backfill = f"{db_prefix}h_", f"{db_prefix}b_"
+    lake_h, lake_b = tmp_path / "h", tmp_path / "b"
+    for lake in (lake_h, lake_b):
+        for key, rows in EVENTS.items():
+            _write_events(spark, lake, key, rows)
+    for key in (H10, H11):
+        _run(lake_h, key, STHSinkResource(mongo_url=mongo_url, db_prefix=hourly, **config))
+    defs = Definitions(
+        assets=[sth_aggregates],
+        jobs=[define_asset_job("j", selection=[sth_aggregates], partitions_def=hourly_partitions)],
+        resources={
+            "spark": LazyPySparkResource(spark_config={}),
+            "lake": LakeResource(root=str(lake_b)),
+            "sth": STHSinkResource(mongo_url=mongo_url, db_prefix=backfill, **config),
+        },
+        executor=in_process_executor,
+    )
+    result = defs.resolve_job_def("j").execute_in_process(
+        instance=DagsterInstance.ephemeral(),
+        tags={ASSET_PARTITION_RANGE_START_TAG: H10, ASSET_PARTITION_RANGE_END_TAG: H11},
+    )
+    assert result.success
+    by_hour, at_once = _snapshot(mongo_url, hourly), _snapshot(mongo_url, backfill)
+    assert [(d, c) for d, c, _ in by_hour] == [
+        ("vehicles", "sth_x002f4wheelsxffffcar1xffffcarxffffspeed.aggr"),
+        ("vehicles", "sth_x002f4wheelsxffffcar1xffffcarxffffstate.aggr"),
+    ]
+    assert by_hour == at_once

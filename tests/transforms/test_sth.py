@@ -1,0 +1,411 @@
+"""STH transforms on small frames: samples, partials and whole documents compared with expected values."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from ngsi_assets.ngsi.sth_config import STHConfig
+from ngsi_assets.sinks.sth_mongo import to_document
+from ngsi_assets.transforms import sth
+from ngsi_assets.transforms.schemas import NGSI_EVENTS
+
+INF = float("inf")
+
+
+def ms(*args: int) -> int:
+    return int(datetime(*args, tzinfo=UTC).timestamp() * 1000)
+
+
+def utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)
+
+
+def ev(
+    entity: str,
+    attr: str,
+    value: str | None,
+    recv_ms: int,
+    *,
+    md: list[dict[str, Any]] | None = None,
+    mid: str = "m1",
+    idx: int = 0,
+    attr_type: str = "Number",
+    service: str = "vehicles",
+    path: str = "/4wheels",
+    etype: str | None = "car",
+    dt: str | None = None,
+) -> tuple:
+    recv = datetime.fromtimestamp(recv_ms / 1000, UTC)
+    return (
+        recv_ms, recv.strftime("%Y-%m-%dT%H:%M:%S.000Z"), service, path, entity, etype, attr, attr_type, value,
+        json.dumps(md or []), None, recv.replace(tzinfo=None), "recvTime", None, mid, idx,
+        dt or recv.strftime("%Y-%m-%d-%H"),
+    )  # fmt: skip
+
+
+def events(spark: SparkSession, rows: list[tuple]) -> DataFrame:
+    return spark.createDataFrame(rows, NGSI_EVENTS)
+
+
+def documents(spark: SparkSession, rows: list[tuple], cfg: STHConfig, now_ms: int = 0) -> list[dict[str, Any]]:
+    """Rows of build_documents (as dicts with the STH-Comet document under 'doc')."""
+    classified = sth.classify_events(events(spark, rows), cfg)
+    docs = sth.build_documents(sth.sth_partials(classified, cfg.resolutions), cfg, now_ms)
+    out = []
+    for r in docs.collect():
+        row = r.asDict(recursive=True)
+        row["doc"] = to_document(row, cfg.data_model)
+        out.append(row)
+    return out
+
+
+def empty_numeric(offset: int) -> dict[str, Any]:
+    return {"offset": offset, "samples": 0, "sum": 0.0, "sum2": 0.0, "min": INF, "max": -INF}
+
+
+def numeric_points(lo: int, hi: int, filled: dict[int, tuple[int, float, float, float, float]]) -> list[dict]:
+    points = []
+    for o in range(lo, hi + 1):
+        if o in filled:
+            n, s, s2, mn, mx = filled[o]
+            points.append({"offset": o, "samples": n, "sum": s, "sum2": s2, "min": mn, "max": mx})
+        else:
+            points.append(empty_numeric(o))
+    return points
+
+
+def text_points(lo: int, hi: int, filled: dict[int, dict[str, int]]) -> list[dict]:
+    return [
+        {"offset": o, "samples": sum(filled.get(o, {}).values()), "occur": filled.get(o, {})} for o in range(lo, hi + 1)
+    ]
+
+
+def by_key(rows: list[dict[str, Any]], attr: str, resolution: str) -> dict[str, Any]:
+    found = [r for r in rows if r["doc"]["_id"].get("attrName") == attr and r["resolution"] == resolution]
+    assert len(found) == 1, (attr, resolution, found)
+    return found[0]
+
+
+# --------------------------------------------------------------------------------------------------
+# The seed's example
+
+
+SEED_RECV = ms(2015, 4, 20, 12, 13, 22)
+
+
+@pytest.fixture(scope="module")
+def seed_docs(spark: SparkSession) -> list[dict[str, Any]]:
+    rows = [
+        ev("car1", "speed", "112.9", SEED_RECV, attr_type="float"),
+        ev("car1", "oil_level", "74.6", SEED_RECV, attr_type="float", idx=0),
+    ]
+    return documents(spark, rows, STHConfig(data_model="dm-by-entity"))
+
+
+SEED_EXPECTED = [
+    # resolution, range, origin, slots, offset
+    ("month", "year", utc(2015, 1, 1), (0, 11), 3),
+    ("day", "month", utc(2015, 4, 1), (1, 31), 20),
+    ("hour", "day", utc(2015, 4, 20), (0, 23), 12),
+    ("minute", "hour", utc(2015, 4, 20, 12), (0, 59), 13),
+    ("second", "minute", utc(2015, 4, 20, 12, 13), (0, 59), 22),
+]
+
+
+@pytest.mark.parametrize(("resolution", "rng", "origin", "slots", "offset"), SEED_EXPECTED)
+@pytest.mark.parametrize(("attr", "value"), [("speed", 112.9), ("oil_level", 74.6)])
+def test_seed_example(
+    seed_docs: list[dict[str, Any]],
+    attr: str,
+    value: float,
+    resolution: str,
+    rng: str,
+    origin: datetime,
+    slots: tuple[int, int],
+    offset: int,
+) -> None:
+    row = by_key(seed_docs, attr, resolution)
+    assert row["database"] == "sth_vehicles"
+    assert row["collection"] == "sth_/4wheels_car1_car.aggr"
+    assert row["action"] == "upsert"
+    assert row["doc"] == {
+        "_id": {"attrName": attr, "origin": origin, "resolution": resolution, "range": rng},
+        "attrType": "float",
+        "points": numeric_points(*slots, {offset: (1, value, value * value, value, value)}),
+    }
+    assert list(row["doc"]) == ["_id", "attrType", "points"]
+    assert list(row["doc"]["_id"]) == ["attrName", "origin", "resolution", "range"]
+
+
+def test_seed_sum2_values(seed_docs: list[dict[str, Any]]) -> None:
+    speed = by_key(seed_docs, "speed", "hour")["doc"]["points"][12]
+    oil = by_key(seed_docs, "oil_level", "hour")["doc"]["points"][12]
+    assert speed["sum2"] == pytest.approx(12746.41, abs=1e-9)
+    assert oil["sum2"] == pytest.approx(5565.16, abs=1e-9)
+    assert len(seed_docs) == 10
+
+
+# --------------------------------------------------------------------------------------------------
+# One frame with the awkward cases (dm-by-service-path: entity and attribute are in _id)
+
+T0 = ms(2026, 3, 1, 10, 15, 30)
+CASES = [
+    # TimeInstant metadata overrides recvTime for its own attribute only
+    ev("car1", "speed", "50", T0, md=[{"name": "TimeInstant", "type": "DateTime", "value": "2026-03-01T08:01:02Z"}]),
+    ev("car1", "rpm", "3000", T0, md=[{"name": "other", "type": "Text", "value": "2026-03-01T08:01:02Z"}]),
+    # epoch-millisecond TimeInstant; an unparsable one falls back to recvTime
+    ev("car2", "speed", "1", T0, md=[{"name": "TimeInstant", "type": "Number", "value": str(ms(2026, 2, 28, 23))}]),
+    ev("car3", "speed", "1", T0, md=[{"name": "TimeInstant", "type": "DateTime", "value": "yesterday"}]),
+    # negative and zero values: max must be 0, min -5
+    ev("neg", "temp", "-5", T0, mid="n1"),
+    ev("neg", "temp", "0", T0, mid="n2"),
+    ev("neg", "temp", "-2.5", T0, mid="n3"),
+    ev("neg", "temp", "-0", T0, mid="n4"),
+    # a non-numeric string in a numeric attribute
+    ev("mix", "level", "10", T0, mid="x1"),
+    ev("mix", "level", "n/a", T0, mid="x2"),
+    ev("mix", "level", "20", T0, mid="x3"),
+    # string values with '.' and '$', white space, empty, null
+    ev("txt", "status", "v1.2$", T0, mid="t1", attr_type="Text"),
+    ev("txt", "status", "v1.2$", T0, mid="t2", attr_type="Text"),
+    ev("txt", "status", "ok", T0, mid="t3", attr_type="Text"),
+    ev("txt", "status", "   ", T0, mid="t4", attr_type="Text"),
+    ev("txt", "status", "\t\n", T0, mid="t5", attr_type="Text"),
+    ev("txt", "status", "", T0, mid="t6", attr_type="Text"),
+    ev("txt", "status", None, T0, mid="t7", attr_type="Text"),
+    # rejects: a NUL in a string value, a name over the namespace limit
+    ev("bad", "status", "a\x00b", T0, mid="r1", attr_type="Text"),
+    ev("e" * 120, "speed", "1", T0, mid="r2"),
+    # the newest sample's attrType wins
+    ev("typ", "v", "1", T0, mid="y1", attr_type="Integer"),
+    ev("typ", "v", "2", T0 + 1000, mid="y2", attr_type="Float"),
+]
+CASES_CFG = STHConfig(data_model="dm-by-service-path", resolutions="hour,minute")
+
+
+@pytest.fixture(scope="module")
+def case_docs(spark: SparkSession) -> list[dict[str, Any]]:
+    return documents(spark, CASES, CASES_CFG)
+
+
+def doc_of(rows: list[dict[str, Any]], entity: str, attr: str, resolution: str) -> dict[str, Any]:
+    found = [
+        r
+        for r in rows
+        if r["doc"]["_id"]["entityId"] == entity
+        and r["doc"]["_id"]["attrName"] == attr
+        and r["resolution"] == resolution
+    ]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def filled(doc: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    return {p["offset"]: p for p in doc["points"] if p["samples"]}
+
+
+def test_time_instant_overrides_recv_time_for_its_attribute(case_docs: list[dict[str, Any]]) -> None:
+    speed = doc_of(case_docs, "car1", "speed", "minute")["doc"]
+    assert speed["_id"] == {
+        "entityId": "car1", "entityType": "car", "attrName": "speed", "origin": utc(2026, 3, 1, 8),
+        "resolution": "minute", "range": "hour",
+    }  # fmt: skip
+    assert filled(speed) == {1: {"offset": 1, "samples": 1, "sum": 50.0, "sum2": 2500.0, "min": 50.0, "max": 50.0}}
+    rpm = doc_of(case_docs, "car1", "rpm", "minute")["doc"]
+    assert rpm["_id"]["origin"] == utc(2026, 3, 1, 10)
+    assert list(filled(rpm)) == [15]
+
+
+def test_time_instant_epoch_ms_and_unparsable(case_docs: list[dict[str, Any]]) -> None:
+    car2 = doc_of(case_docs, "car2", "speed", "hour")["doc"]
+    assert (car2["_id"]["origin"], list(filled(car2))) == (utc(2026, 2, 28), [23])
+    car3 = doc_of(case_docs, "car3", "speed", "hour")["doc"]
+    assert (car3["_id"]["origin"], list(filled(car3))) == (utc(2026, 3, 1), [10])
+
+
+def test_negative_and_zero_values(case_docs: list[dict[str, Any]]) -> None:
+    doc = doc_of(case_docs, "neg", "temp", "hour")["doc"]
+    assert filled(doc) == {
+        10: {"offset": 10, "samples": 4, "sum": -7.5, "sum2": 31.25, "min": -5.0, "max": 0.0},
+    }
+    # -0 counts as 0: the max is +0.0 whatever order the zeros came in
+    assert str(filled(doc)[10]["max"]) == "0.0"
+
+
+def test_non_numeric_string_in_numeric_attribute(case_docs: list[dict[str, Any]]) -> None:
+    row = doc_of(case_docs, "mix", "level", "hour")
+    assert row["numeric"] is True
+    assert row["droppedTextSamples"] == 1
+    assert filled(row["doc"]) == {
+        10: {"offset": 10, "samples": 2, "sum": 30.0, "sum2": 500.0, "min": 10.0, "max": 20.0}
+    }
+
+
+def test_string_values_escaped_and_white_space_ignored(case_docs: list[dict[str, Any]]) -> None:
+    row = doc_of(case_docs, "txt", "status", "hour")
+    assert row["numeric"] is False
+    assert row["doc"]["points"] == text_points(0, 23, {10: {"ok": 1, "v1\uff0e2\uff04": 2}})
+    assert row["doc"]["attrType"] == "Text"
+
+
+def test_rejects(spark: SparkSession) -> None:
+    classified = sth.classify_events(events(spark, CASES), CASES_CFG)
+    rejects = sorted((r["messageId"], r["reason"]) for r in sth.sth_rejects(classified).collect())
+    long_ns = "sth_vehicles.sth_/4wheels.aggr"
+    assert len(long_ns) < 113  # dm-by-service-path: the long entity id is only in _id, hence no reject
+    assert rejects == [("r1", sth.REASON_NUL_VALUE)]
+    by_attr = STHConfig(data_model="dm-by-attribute", resolutions="hour")
+    classified = sth.classify_events(events(spark, CASES), by_attr)
+    rows = sorted((r["messageId"], r["entityId"][:3], r["reason"]) for r in sth.sth_rejects(classified).collect())
+    collection = "sth_/4wheels_" + "e" * 120 + "_car_speed.aggr"
+    assert rows == [
+        ("r1", "bad", sth.REASON_NUL_VALUE),
+        ("r2", "eee", f"namespace 'sth_vehicles.{collection}' is {13 + len(collection)} bytes in UTF-8; MongoDB "
+                      "allows at most 113"),
+    ]  # fmt: skip
+    statuses = {r["messageId"]: (r["status"], r["reason"]) for r in classified.collect() if r["entityId"] == "txt"}
+    assert statuses == {
+        "t1": ("sample", None), "t2": ("sample", None), "t3": ("sample", None),
+        "t4": ("skipped", sth.REASON_WHITE_SPACE), "t5": ("skipped", sth.REASON_WHITE_SPACE),
+        "t6": ("skipped", sth.REASON_WHITE_SPACE), "t7": ("skipped", sth.REASON_NULL),
+    }  # fmt: skip
+
+
+def test_white_spaces_counted_when_not_ignored(spark: SparkSession) -> None:
+    rows = [r for r in CASES if r[4] == "txt"]
+    cfg = STHConfig(data_model="dm-by-service-path", resolutions="hour", ignore_white_spaces=False)
+    (row,) = documents(spark, rows, cfg)
+    assert filled(row["doc"])[10]["occur"] == {"": 1, "\t\n": 1, "   ": 1, "ok": 1, "v1\uff0e2\uff04": 2}
+
+
+def test_newest_sample_gives_attr_type(case_docs: list[dict[str, Any]]) -> None:
+    assert doc_of(case_docs, "typ", "v", "hour")["doc"]["attrType"] == "Float"
+
+
+NUMERIC_RULE = [
+    ("12", 12.0, None),
+    ("-3.25", -3.25, None),
+    ("1e3", 1000.0, None),
+    ("2.5E-2", 0.025, None),
+    ("007", 7.0, None),
+    ("-0", 0.0, None),
+    ("1e400", None, "1e400"),
+    ("NaN", None, "NaN"),
+    ("Infinity", None, "Infinity"),
+    (" 12", None, " 12"),
+    ("+5", None, "+5"),
+    (".5", None, "\uff0e5"),
+    ("5.", None, "5\uff0e"),
+    ("0x1F", None, "0x1F"),
+    ("1,5", None, "1,5"),
+    ("true", None, "true"),
+    ('{"a": 1.5}', None, '{"a": 1\uff0e5}'),
+]
+
+
+def test_numeric_rule(spark: SparkSession) -> None:
+    rows = [ev("e", "a", value, T0, mid=f"n{i:02d}") for i, (value, _, _) in enumerate(NUMERIC_RULE)]
+    got = sorted((r["messageId"], r["status"], r["numValue"], r["occurKey"]) for r in sth.classify_events(
+        events(spark, rows), STHConfig()).collect())  # fmt: skip
+    assert got == [(f"n{i:02d}", "sample", num, key) for i, (_, num, key) in enumerate(NUMERIC_RULE)]
+
+
+def test_calendar_edges(spark: SparkSession) -> None:
+    rows = [
+        ev("cal", "v", "1", ms(2024, 12, 31, 23, 59, 59), mid="c1"),  # last slot of each range
+        ev("cal", "v", "2", ms(1969, 12, 31, 23, 59, 58), mid="c2"),  # before the epoch
+    ]
+    docs = documents(spark, rows, STHConfig(data_model="dm-by-service-path"))
+    got = sorted((r["doc"]["_id"]["origin"], r["resolution"], list(filled(r["doc"]))) for r in docs)
+    assert got == sorted(
+        [
+            (utc(2024, 1, 1), "month", [11]),
+            (utc(2024, 12, 1), "day", [31]),
+            (utc(2024, 12, 31), "hour", [23]),
+            (utc(2024, 12, 31, 23), "minute", [59]),
+            (utc(2024, 12, 31, 23, 59), "second", [59]),
+            (utc(1969, 1, 1), "month", [11]),
+            (utc(1969, 12, 1), "day", [31]),
+            (utc(1969, 12, 31), "hour", [23]),
+            (utc(1969, 12, 31, 23), "minute", [59]),
+            (utc(1969, 12, 31, 23, 59), "second", [58]),
+        ]
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Determinism, partitions, tombstones, expiration
+
+
+def _values_rows(values: list[str], dt_of: Any = None) -> list[tuple]:
+    return [ev("d", "x", v, T0 + i, mid=f"v{i}", dt=dt_of(i) if dt_of else None) for i, v in enumerate(values)]
+
+
+def test_sums_do_not_depend_on_row_order(spark: SparkSession) -> None:
+    values = ["0.1", "0.2", "0.3", "1e16", "-1e16", "0.7", "3.3"]
+    cfg = STHConfig(data_model="dm-by-service-path", resolutions="hour")
+    first = documents(spark, _values_rows(values), cfg)[0]["doc"]
+    second = documents(spark, list(reversed(_values_rows(values))), cfg)[0]["doc"]
+    assert first == second
+    # the order is the sorted one: (((((( -1e16 + 0.1) + 0.2) + 0.3) + 0.7) + 3.3) + 1e16)
+    expected = 0.0
+    for v in sorted(float(v) for v in values):
+        expected += v
+    assert filled(first)[10]["sum"] == expected
+
+
+def test_documents_merge_partials_of_several_hours(spark: SparkSession) -> None:
+    values = ["1.5", "2.5", "4", "8"]
+    cfg = STHConfig(data_model="dm-by-service-path", resolutions="day")
+    hours = ["2026-03-01-10", "2026-03-01-11"]
+    rows = _values_rows(values, lambda i: hours[i % 2])
+    classified = sth.classify_events(events(spark, rows), cfg)
+    partials = sth.sth_partials(classified, cfg.resolutions)
+    got = sorted((r["dt"], r["samples"], r["sum"]) for r in partials.collect())
+    assert got == [("2026-03-01-10", 2, 5.5), ("2026-03-01-11", 2, 10.5)]
+    docs = sth.build_documents(partials, cfg, 0).collect()
+    doc = to_document(docs[0].asDict(recursive=True), cfg.data_model)
+    assert filled(doc) == {1: {"offset": 1, "samples": 4, "sum": 16.0, "sum2": 88.5, "min": 1.5, "max": 8.0}}
+
+
+def test_tombstones_delete_documents_left_without_samples(spark: SparkSession) -> None:
+    cfg = STHConfig(data_model="dm-by-service-path", resolutions="hour")
+    old = sth.sth_partials(sth.classify_events(events(spark, _values_rows(["1"])), cfg), cfg.resolutions)
+    new = sth.sth_partials(sth.classify_events(events(spark, _values_rows([" "])), cfg), cfg.resolutions)
+    merged = sth.with_tombstones(new, old)
+    rows = [r.asDict(recursive=True) for r in merged.collect()]
+    assert [(r["offset"], r["samples"], r["numSamples"], r["sum"], r["occur"], r["latest"]) for r in rows] == [
+        (10, 0, 0, None, None, None)
+    ]
+    (doc,) = sth.build_documents(merged, cfg, 0).collect()
+    assert (doc["action"], doc["totalSamples"]) == (sth.ACTION_DELETE, 0)
+    # the same rows again are not duplicated
+    assert sth.with_tombstones(merged, merged).count() == 1
+
+
+def test_data_expiration_deletes_old_origins(spark: SparkSession) -> None:
+    cfg = STHConfig(data_model="dm-by-service-path", resolutions="hour,minute", data_expiration=3600)
+    docs = documents(spark, _values_rows(["1"]), cfg, now_ms=ms(2026, 3, 1, 11, 0, 0))
+    got = sorted((r["resolution"], r["action"]) for r in docs)
+    # hour document: origin 2026-03-01T00:00 is 11 h old; minute document: origin 10:00 is exactly 1 h old
+    assert got == [("hour", "delete"), ("minute", "upsert")]
+
+
+def test_day_hour_mismatches(spark: SparkSession, seed_docs: list[dict[str, Any]]) -> None:
+    cfg = STHConfig(data_model="dm-by-entity", resolutions="day,hour")
+    rows = [ev("car1", "speed", "1", SEED_RECV + i * 3_600_000, mid=f"h{i}") for i in range(3)]
+    classified = sth.classify_events(events(spark, rows), cfg)
+    partials = sth.sth_partials(classified, cfg.resolutions)
+    docs = sth.build_documents(partials, cfg, 0)
+    assert sth.day_hour_mismatches(docs).count() == 0
+    # lose one hour partial: the day document now counts more samples than its hour document
+    lost = sth.build_documents(
+        partials.where(~((partials["resolution"] == "hour") & (partials["offset"] == 13))), cfg, 0
+    )
+    (m,) = sth.day_hour_mismatches(lost).collect()
+    assert (m["day"], m["hourSamples"], m["daySamples"]) == (ms(2015, 4, 20), 2, 3)
