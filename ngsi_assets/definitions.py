@@ -6,10 +6,16 @@ from dagster import Definitions, in_process_executor
 
 from ngsi_assets import settings
 from ngsi_assets.assets.ingest import message_store, ngsi_events
-from ngsi_assets.sensors import ingest_job, landing_sensor
+from ngsi_assets.assets.sql_sinks import historic_tables, last_data
+from ngsi_assets.assets.sth import sth_aggregates
+from ngsi_assets.assets.versioned_entities import versioned_entities
+from ngsi_assets.sensors import ingest_job, landing_sensor, reprocess_job, reprocessing_sensor
 from resources.lake import LakeResource
 from resources.landing import LandingZoneResource
 from resources.spark import spark_resource
+from resources.sql_sinks import SqlSinksResource
+from resources.sth_mongo import STHSinkResource
+from resources.versioning import VersioningResource
 
 
 def build_resources() -> dict[str, object]:
@@ -18,13 +24,18 @@ def build_resources() -> dict[str, object]:
         "spark": spark_resource(),
         "lake": LakeResource(root=settings.lake_root()),
         "landing": LandingZoneResource(root=settings.landing_root()),
+        # Off unless NGSI_POSTGRES_URL / NGSI_MYSQL_URL / NGSI_SQL_SINKS_CONFIG say otherwise.
+        "sql_sinks": SqlSinksResource(),
+        # Lake aggregates always; MongoDB publishing only when NGSI_MONGO_URL is set (NGSI_STH_* parameters).
+        "sth": STHSinkResource.from_env(),
+        "versioning": VersioningResource(schema_path=settings.entity_schema_path(), buckets=settings.entity_buckets()),
     }
 
 
 defs = Definitions(
-    assets=[message_store, ngsi_events],
-    jobs=[ingest_job],
-    sensors=[landing_sensor],
+    assets=[message_store, ngsi_events, historic_tables, last_data, versioned_entities, sth_aggregates],
+    jobs=[ingest_job, reprocess_job],
+    sensors=[landing_sensor, reprocessing_sensor],
     resources=build_resources(),
     # Every Spark asset of a run shares one process, hence one Spark session (starting one costs
     # several seconds); a backfill over many hours is one run (BackfillPolicy.single_run).

@@ -37,9 +37,10 @@ LOOKBACK_HOURS = 48
 
 ingest_job = define_asset_job(
     "ngsi_ingest_job",
-    selection=[message_store, ngsi_events],
+    # The message store and everything computed from it: the whole platform for the hours given.
+    selection=AssetSelection.assets(message_store).downstream(),
     partitions_def=hourly_partitions,
-    description="Landing zone -> message_store -> ngsi_events for the hours given.",
+    description="Landing zone -> message_store -> ngsi_events -> versioned entities and sinks, for the hours given.",
 )
 
 

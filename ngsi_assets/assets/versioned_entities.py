@@ -202,7 +202,10 @@ class VersioningRun:
             if mappings is not None:
                 for m in mappings:
                     pending[m.reference].append((source.where(of_combo), m))
-                    works[m.reference].refreshes.append(message_refreshes(refreshing.where(of_combo), m.reference, m))
+                    if self._any_refresh:
+                        works[m.reference].refreshes.append(
+                            message_refreshes(refreshing.where(of_combo), m.reference, m)
+                        )
             elif system == NGSI_SOURCE_SYSTEM:
                 mapped = map_ngsi_default(source.where(of_combo))
                 errors.append(mapped.errors)
@@ -291,13 +294,14 @@ class VersioningRun:
             refreshes = refreshes.unionByName(refreshes_new)
         refreshes = refreshes.persist()
 
-        new_buckets = {r[0] for r in new.select(BUCKET).distinct().collect()}
-        old_buckets = {
-            r[0] for r in self._indexed().where(F.col("entity") == work.name).select(BUCKET).distinct().collect()
-        }
+        # One job: the buckets the new records fall in, and how many records (not markers) each has.
+        per_bucket = new.groupBy(BUCKET).agg(F.sum((F.col("op") != SEEN).cast("int")).alias("n")).collect()
+        new_buckets = {r[BUCKET] for r in per_bucket}
+        record_count = sum(int(r["n"] or 0) for r in per_bucket)
+        old_buckets = self._old_buckets.get(work.name, set())
         # A refresh touches every live key in its scope, wherever it is stored.
         refresh_targets = None
-        has_refreshes = bool(refreshes_new.limit(1).count())
+        has_refreshes = bool(work.refreshes) and bool(refreshes_new.limit(1).count())
         if has_refreshes:
             table = self.table(work, fields)
             known = record_keys(new)
@@ -349,7 +353,7 @@ class VersioningRun:
         checks = _check_counts(written, fields)
         outcome = EntityOutcome(
             name=work.name,
-            records=new.where(F.col("op") != SEEN).count(),
+            records=record_count,
             buckets_rewritten=len(affected),
             **checks,
         )
@@ -376,6 +380,11 @@ class VersioningRun:
         datahub = datahub_source_records(messages).withColumn("clashes", F.array().cast("array<string>"))
         source = datahub.unionByName(ngsi_source_records(events)).persist()
         refreshing = refresh_messages(messages).persist()
+        self._any_refresh = bool(refreshing.limit(1).count())
+        # The buckets each entity's records of the run's hours were in (one small read for all entities).
+        self._old_buckets: dict[str, set[int]] = {}
+        for r in self._indexed().select("entity", BUCKET).distinct().collect():
+            self._old_buckets.setdefault(r["entity"], set()).add(r[BUCKET])
         self._index_rows: list[DataFrame] = []
         works, errors = self.plan(source, refreshing)
         outcomes: list[EntityOutcome] = []
