@@ -26,7 +26,7 @@ from dagster import (
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ngsi_assets.assets.ingest import message_store, ngsi_events
+from ngsi_assets.assets.ingest import message_store
 from ngsi_assets.ingest.landing import SegmentInfo
 from ngsi_assets.partitions import hourly_partitions
 from resources.landing import LandingZoneResource

@@ -71,9 +71,9 @@ COLUMNS = [
     "field_provenance",
 ]
 
-G1 = guid_of("product", "[\"1234567\"]")
-G2 = guid_of("product", "[\"2345678\"]")
-G3 = guid_of("product", "[\"3456789\"]")
+G1 = guid_of("product", '["1234567"]')
+G2 = guid_of("product", '["2345678"]')
+G3 = guid_of("product", '["3456789"]')
 T0931, T1010, T1045, T0950 = (ts("2019-06-05T09:31:17"), ts("2019-06-05T10:10:14"), ts("2019-06-05T10:45:19"),
                               ts("2019-06-05T09:50:00"))  # fmt: skip
 
@@ -147,5 +147,7 @@ def test_seed_worked_example(spark: SparkSession, lake: LakeResource) -> None:
 
     # Rerunning every hour changes nothing.
     before = table_rows(spark, lake, "product", COLUMNS)
-    process(spark, lake, PRODUCT_SCHEMA, ["2026-03-01-10:00", "2026-03-01-11:00", "2026-03-01-12:00", "2026-03-01-13:00"])
+    process(
+        spark, lake, PRODUCT_SCHEMA, ["2026-03-01-10:00", "2026-03-01-11:00", "2026-03-01-12:00", "2026-03-01-13:00"]
+    )
     assert table_rows(spark, lake, "product", COLUMNS) == before
