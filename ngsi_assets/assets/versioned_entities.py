@@ -59,6 +59,7 @@ from ngsi_assets.transforms.versioned_entities import (
     SEEN,
     MappedRecords,
     bucket_column,
+    csv_source_records,
     datahub_source_records,
     fold_versions,
     live_rows,
@@ -377,8 +378,14 @@ class VersioningRun:
 
     def run(self, messages: DataFrame, events: DataFrame) -> tuple[list[EntityOutcome], DataFrame]:
         """Process the run's hours; returns each entity's outcome and the message log written."""
-        datahub = datahub_source_records(messages).withColumn("clashes", F.array().cast("array<string>"))
-        source = datahub.unionByName(ngsi_source_records(events)).persist()
+        no_clashes = F.array().cast("array<string>")
+        datahub = datahub_source_records(messages).withColumn("clashes", no_clashes)
+        csv_records, csv_errors = csv_source_records(messages, self.schema.csv_systems())
+        source = (
+            datahub.unionByName(csv_records.withColumn("clashes", no_clashes))
+            .unionByName(ngsi_source_records(events))
+            .persist()
+        )
         refreshing = refresh_messages(messages).persist()
         self._any_refresh = bool(refreshing.limit(1).count())
         # The buckets each entity's records of the run's hours were in (one small read for all entities).
@@ -387,6 +394,7 @@ class VersioningRun:
             self._old_buckets.setdefault(r["entity"], set()).add(r[BUCKET])
         self._index_rows: list[DataFrame] = []
         works, errors = self.plan(source, refreshing)
+        errors.append(csv_errors)
         outcomes: list[EntityOutcome] = []
         all_records: list[DataFrame] = []
         for work in works:
@@ -402,6 +410,7 @@ class VersioningRun:
         errors_written = self.lake.read(self.spark, ERRORS_DS, RECORD_ERRORS, self.keys)
         processed = (
             source.select("message_identifier", PARTITION_COLUMN)
+            .union(csv_errors.select("message_identifier", PARTITION_COLUMN))
             .union(refreshing.select("message_identifier", PARTITION_COLUMN))
             .distinct()
         )

@@ -190,8 +190,13 @@ class EntityMapping(_Model):
 
 
 class SourceSystem(_Model):
-    """A collection of processing rules: source entity -> the target entities it is written to."""
+    """A collection of processing rules: source entity -> the target entities it is written to.
 
+    ``reader`` is the message reader: ``json`` (the default: ``data`` is an array of objects) or
+    ``csv`` (``data`` may also be CSV text: a header line naming the fields, then one record per line).
+    """
+
+    reader: Literal["json", "csv"] = "json"
     mappings: dict[str, list[EntityMapping]]
 
     @field_validator("mappings")
@@ -205,6 +210,10 @@ class SourceSystem(_Model):
 
 class EntitySchema(_Model):
     """The whole schema; cross references (links, children, mappings) are checked here."""
+
+    def csv_systems(self) -> list[str]:
+        """The source systems whose messages may carry CSV text."""
+        return sorted(name for name, system in self.sourceSystems.items() if system.reader == "csv")
 
     entities: dict[str, TargetEntity] = {}
     sourceSystems: dict[str, SourceSystem] = {}

@@ -40,6 +40,7 @@ from pydantic import (
     Tag,
     TypeAdapter,
     ValidationError,
+    WrapValidator,
     with_config,
 )
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
@@ -503,16 +504,31 @@ class LdNotification(TypedDict):
 # Generic data-hub message (seed 004)
 
 
+def _records_or_text(value: Any, handler: Any) -> Any:
+    # Text is for a source system with an alternative message reader (CSV, seed 004): which reader
+    # applies is the schema's business, decided when the message is processed.
+    if isinstance(value, str):
+        if not value.strip():
+            raise _custom("must not be empty")
+        return value
+    return handler(value)
+
+
+# The records, or the text an alternative message reader reads (CSV with a header line).
+MessageData = Annotated[list[dict[str, Any]], WrapValidator(_records_or_text)]
+
+
 @with_config(_STRICT)
 class DataHubMessage(TypedDict):
-    """A data-hub message: {entity, timestamp, data: [record, ...], guid?, refresh?, source?, user?}.
+    """A data-hub message: {entity, timestamp, data: [record, ...] or text, guid?, refresh?, source?, user?}.
 
-    ``timestamp`` without a zone means UTC. Unknown top-level keys are ignored.
+    ``timestamp`` without a zone means UTC. Unknown top-level keys are ignored. ``data`` as a string
+    is read by the source system's message reader (CSV).
     """
 
     entity: Name
     timestamp: Iso8601
-    data: list[dict[str, Any]]
+    data: MessageData
     guid: NotRequired[NonEmptyStr]
     refresh: NotRequired[bool]
     source: NotRequired[str]
@@ -796,7 +812,8 @@ def validate_request(
         schema.adapter.validate_python(parsed)
     except ValidationError as exc:
         raise _from_validation_error(exc) from None
-    entity_count = 1 if schema.single_entity else len(parsed["data"])
+    # Text data (a CSV message) takes one service path, like a single entity.
+    entity_count = 1 if schema.single_entity or isinstance(parsed["data"], str) else len(parsed["data"])
 
     guid: str | None
     if kind is _KIND_MESSAGE:

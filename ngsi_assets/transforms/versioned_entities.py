@@ -277,6 +277,94 @@ def ngsi_source_records(events: DataFrame) -> DataFrame:
 RESERVED_ATTRIBUTES = (*STANDARD_FIELDS, *NGSI_KEYS, NGSI_ENTITY_TYPE)
 
 
+CSV_MAX_COLUMNS = 128
+_CSV_SCHEMA = ", ".join(f"c{i} STRING" for i in range(CSV_MAX_COLUMNS + 1))
+
+
+def _csv_cells(line: Column) -> Column:
+    """The cells of one CSV line (quotes and escaped quotes handled), padded with nulls."""
+    # RFC 4180: a quote inside a quoted cell is doubled (Spark's default escape is a backslash).
+    parsed = F.from_csv(line, _CSV_SCHEMA, {"mode": "PERMISSIVE", "escape": '"'})
+    return F.array(*[parsed[f"c{i}"] for i in range(CSV_MAX_COLUMNS + 1)])
+
+
+def csv_source_records(messages: DataFrame, csv_systems: Sequence[str]) -> tuple[DataFrame, DataFrame]:
+    """(SOURCE_RECORDS, RECORD_ERRORS) of data-hub messages whose ``data`` is text (status 0).
+
+    The CSV reader (a source system with ``reader: csv``): the first non-blank line names the
+    fields, every further non-blank line is a record (record_seq from 1); an empty cell is an
+    explicit null; a line may not hold a line break inside quotes. Text for a source system without
+    the CSV reader, an empty or repeated field name, more than ``CSV_MAX_COLUMNS`` columns, or a line
+    with more cells than the header is an error for its message or record.
+    """
+    raw = F.from_json(F.col("data"), StructType([StructField("data", StringType())]))["data"]
+    texts = messages.where(
+        (F.col("kind") == Kind.MESSAGE.value) & (F.col("status") == int(MessageStatus.RECEIVED))
+    ).select("*", raw.alias("_text"))
+    texts = texts.where(F.col("_text").isNotNull() & F.json_array_length("_text").isNull())
+    readable = F.col("source_system").isin(list(csv_systems)) if csv_systems else F.lit(False)
+
+    def error_rows(df: DataFrame, seq: Column, text: Column) -> DataFrame:
+        return df.select(
+            "message_identifier",
+            seq.cast("int").alias("record_seq"),
+            F.lit(None).cast("string").alias("entity"),
+            F.lit(int(MessageStatus.ERROR)).alias("status"),
+            _bounded(text).alias("error_text"),
+            "dt",
+        )
+
+    unreadable = error_rows(
+        texts.where(~readable),
+        F.lit(0),
+        F.concat(
+            F.lit("data is text, and source system "),
+            F.coalesce(F.concat(F.lit("'"), F.col("source_system"), F.lit("'")), F.lit("(none)")),
+            F.lit(" has no csv reader"),
+        ),
+    )
+    lines = F.filter(F.split(F.col("_text"), "\r?\n"), lambda x: F.trim(x) != "")
+    csv = texts.where(readable).select("*", lines.alias("_lines"))
+    csv = csv.select("*", _csv_cells(F.element_at("_lines", 1)).alias("_head"))
+    last = F.array_max(F.transform("_head", lambda x, i: F.when(x.isNotNull(), i + 1).otherwise(0)))
+    csv = csv.withColumn("_n", last)
+    head = F.slice("_head", 1, F.greatest(F.col("_n"), F.lit(1)))
+    bad_head = (
+        F.when(F.col("_n") > CSV_MAX_COLUMNS, F.lit(f"the header has more than {CSV_MAX_COLUMNS} columns"))
+        .when(F.exists(head, lambda x: x.isNull() | (F.trim(x) == "")), F.lit("the header has an empty field name"))
+        .when(F.size(F.array_distinct(head)) != F.size(head), F.lit("the header repeats a field name"))
+    )
+    csv = csv.withColumn("_bad_head", bad_head)
+    header_errors = error_rows(
+        csv.where(F.col("_bad_head").isNotNull()), F.lit(0), F.concat(F.lit("csv: "), F.col("_bad_head"))
+    )
+    rows = csv.where(F.col("_bad_head").isNull()).select(
+        "*", F.posexplode(F.slice("_lines", 2, F.greatest(F.size("_lines") - 1, F.lit(0)))).alias("pos", "_line")
+    )
+    rows = rows.withColumn("_cells", _csv_cells(F.col("_line"))).withColumn(
+        "_extra", F.exists(F.slice("_cells", F.col("_n") + 1, CSV_MAX_COLUMNS + 1), lambda x: x.isNotNull())
+    )
+    cell_errors = error_rows(
+        rows.where(F.col("_extra")),
+        F.col("pos") + 1,
+        F.concat(F.lit("csv record "), (F.col("pos") + 1).cast("string"), F.lit(": more cells than the header has")),
+    )
+    values = F.map_from_arrays(F.slice("_head", 1, F.col("_n")), F.slice("_cells", 1, F.col("_n")))
+    good = rows.where(~F.col("_extra")).withColumn("_values", values)
+    records = good.select(
+        "message_identifier",
+        F.col("effective_timestamp").alias("effective_ts"),
+        "source_system",
+        "source_entity",
+        "refresh",
+        (F.col("pos") + 1).cast("int").alias("record_seq"),
+        F.map_filter("_values", lambda k, _: k != DELETED).alias("values"),
+        F.col("_values")[DELETED].alias("deleted_raw"),
+        "dt",
+    )
+    return records, unreadable.unionByName(header_errors).unionByName(cell_errors)
+
+
 def refresh_messages(messages: DataFrame) -> DataFrame:
     """Data-hub messages with ``refresh`` true (status 0), even those with no records."""
     return messages.where(

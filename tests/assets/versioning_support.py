@@ -28,7 +28,7 @@ class Msg:
     mid: str
     entity: str
     effective: str  # ISO, e.g. 2019-06-05T09:31:17
-    data: list[dict[str, Any]]
+    data: list[dict[str, Any]] | str  # records, or CSV text for a csv reader
     hour: str = "2026-03-01-10:00"  # receive hour (partition)
     refresh: bool = False
     source: str | None = None

@@ -191,6 +191,11 @@ def test_datahub_message_with_guid_refresh_source_user() -> None:
     )
 
 
+def test_datahub_message_with_csv_text_is_accepted_for_its_reader() -> None:
+    msg = check(message(data="product_number,product_description\n1,Toaster\n"), endpoint=Endpoint.MESSAGES)
+    assert msg.kind == "message" and msg.entity_count == 1
+
+
 def test_datahub_message_minimal_has_no_guid() -> None:
     msg = check(raw("datahub_message_minimal.json"), endpoint=Endpoint.MESSAGES)
     assert (msg.guid, msg.entity_count) == (None, 3)
@@ -842,6 +847,8 @@ MALFORMED: list[Any] = [
     ),
     pytest.param(M, JSON, message(data={"n": 1}), 400, "data", "must be a JSON array, got object", id="msg-data-obj"),
     pytest.param(M, JSON, message(data=[]), 400, "data", "must not be empty unless refresh is true", id="msg-no-rows"),
+    pytest.param(M, JSON, message(data=" \n "), 400, "data", "must not be empty", id="msg-data-blank-text"),
+    pytest.param(M, JSON, message(data=12), 400, "data", "must be a JSON array, got number", id="msg-data-number"),
     pytest.param(M, JSON, message(guid=""), 400, "guid", "must not be empty", id="msg-guid-empty"),
     pytest.param(M, JSON, message(guid=12), 400, "guid", "must be a string, got number", id="msg-guid-int"),
     pytest.param(
