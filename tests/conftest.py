@@ -8,4 +8,4 @@ from tests.support.servers import (  # noqa: F401  (fixtures)
     postgres_db_url,
     postgres_url,
 )
-from tests.support.spark import spark  # noqa: F401  (fixture)
+from tests.support.spark import _release_cached_frames, spark  # noqa: F401  (fixtures)

@@ -285,6 +285,7 @@ class VersioningRun:
         folder = entity_folder(work.name)
         new = _union(work.records, ENTITY_RECORDS, self.spark, drop=[BUCKET])
         new = new.withColumn(BUCKET, bucket_column(F.col("guid"), self.buckets)).persist()
+        self._persisted.append(new)
         refreshes_new = _union(work.refreshes, REFRESHES, self.spark)
         fields = self.fields_of(work, new)
 
@@ -294,6 +295,7 @@ class VersioningRun:
             refreshes = history.where(~F.col(PARTITION_COLUMN).isin(self.dts)).select(*REFRESHES.fieldNames())
             refreshes = refreshes.unionByName(refreshes_new)
         refreshes = refreshes.persist()
+        self._persisted.append(refreshes)
 
         # One job: the buckets the new records fall in, and how many records (not markers) each has.
         per_bucket = new.groupBy(BUCKET).agg(F.sum((F.col("op") != SEEN).cast("int")).alias("n")).collect()
@@ -378,48 +380,53 @@ class VersioningRun:
 
     def run(self, messages: DataFrame, events: DataFrame) -> tuple[list[EntityOutcome], DataFrame]:
         """Process the run's hours; returns each entity's outcome and the message log written."""
-        no_clashes = F.array().cast("array<string>")
-        datahub = datahub_source_records(messages).withColumn("clashes", no_clashes)
-        csv_records, csv_errors = csv_source_records(messages, self.schema.csv_systems())
-        source = (
-            datahub.unionByName(csv_records.withColumn("clashes", no_clashes))
-            .unionByName(ngsi_source_records(events))
-            .persist()
-        )
-        refreshing = refresh_messages(messages).persist()
-        self._any_refresh = bool(refreshing.limit(1).count())
-        # The buckets each entity's records of the run's hours were in (one small read for all entities).
-        self._old_buckets: dict[str, set[int]] = {}
-        for r in self._indexed().select("entity", BUCKET).distinct().collect():
-            self._old_buckets.setdefault(r["entity"], set()).add(r[BUCKET])
-        self._index_rows: list[DataFrame] = []
-        works, errors = self.plan(source, refreshing)
-        errors.append(csv_errors)
-        outcomes: list[EntityOutcome] = []
-        all_records: list[DataFrame] = []
-        for work in works:
-            if work.definition is not None:
-                self.map_defined(work, errors)
-            outcome = self.process(work)
-            if outcome is not None:
-                outcomes.append(outcome)
-            all_records.extend(r.where(F.col("op") != SEEN).select("message_identifier") for r in work.records)
+        self._persisted: list[DataFrame] = []
+        try:
+            no_clashes = F.array().cast("array<string>")
+            datahub = datahub_source_records(messages).withColumn("clashes", no_clashes)
+            csv_records, csv_errors = csv_source_records(messages, self.schema.csv_systems())
+            source = (
+                datahub.unionByName(csv_records.withColumn("clashes", no_clashes))
+                .unionByName(ngsi_source_records(events))
+                .persist()
+            )
+            refreshing = refresh_messages(messages).persist()
+            self._persisted += [source, refreshing]
+            self._any_refresh = bool(refreshing.limit(1).count())
+            # The buckets each entity's records of the run's hours were in (one small read for all entities).
+            self._old_buckets: dict[str, set[int]] = {}
+            for r in self._indexed().select("entity", BUCKET).distinct().collect():
+                self._old_buckets.setdefault(r["entity"], set()).add(r[BUCKET])
+            self._index_rows: list[DataFrame] = []
+            works, errors = self.plan(source, refreshing)
+            errors.append(csv_errors)
+            outcomes: list[EntityOutcome] = []
+            all_records: list[DataFrame] = []
+            for work in works:
+                if work.definition is not None:
+                    self.map_defined(work, errors)
+                outcome = self.process(work)
+                if outcome is not None:
+                    outcomes.append(outcome)
+                all_records.extend(r.where(F.col("op") != SEEN).select("message_identifier") for r in work.records)
 
-        errors_df = _union(errors, RECORD_ERRORS, self.spark)
-        self.lake.replace_partitions(errors_df, ERRORS_DS, self.keys)
-        errors_written = self.lake.read(self.spark, ERRORS_DS, RECORD_ERRORS, self.keys)
-        processed = (
-            source.select("message_identifier", PARTITION_COLUMN)
-            .union(csv_errors.select("message_identifier", PARTITION_COLUMN))
-            .union(refreshing.select("message_identifier", PARTITION_COLUMN))
-            .distinct()
-        )
-        records_df = _union(all_records, StructType([StructField("message_identifier", StringType())]), self.spark)
-        self.lake.replace_partitions(message_log(processed, records_df, errors_written), LOG_DS, self.keys)
-        self.lake.replace_partitions(_union(self._index_rows, _INDEX_DT, self.spark), INDEX_DS, self.keys)
-        source.unpersist()
-        refreshing.unpersist()
-        return outcomes, self.lake.read(self.spark, LOG_DS, MESSAGE_LOG, self.keys)
+            errors_df = _union(errors, RECORD_ERRORS, self.spark)
+            self.lake.replace_partitions(errors_df, ERRORS_DS, self.keys)
+            errors_written = self.lake.read(self.spark, ERRORS_DS, RECORD_ERRORS, self.keys)
+            processed = (
+                source.select("message_identifier", PARTITION_COLUMN)
+                .union(csv_errors.select("message_identifier", PARTITION_COLUMN))
+                .union(refreshing.select("message_identifier", PARTITION_COLUMN))
+                .distinct()
+            )
+            records_df = _union(all_records, StructType([StructField("message_identifier", StringType())]), self.spark)
+            self.lake.replace_partitions(message_log(processed, records_df, errors_written), LOG_DS, self.keys)
+            self.lake.replace_partitions(_union(self._index_rows, _INDEX_DT, self.spark), INDEX_DS, self.keys)
+            return outcomes, self.lake.read(self.spark, LOG_DS, MESSAGE_LOG, self.keys)
+        finally:
+            # Also on failure: a run in a long-lived session (tests, notebooks) must not leak cache.
+            for frame in self._persisted:
+                frame.unpersist()
 
 
 _INDEX_DT = StructType([*INDEX.fields, StructField(PARTITION_COLUMN, StringType(), False)])

@@ -13,9 +13,19 @@ from resources.spark import default_spark_config
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     builder = SparkSession.builder
-    for key, value in default_spark_config("local[2]", shuffle_partitions=4, driver_memory="2g", ui=False).items():
+    for key, value in default_spark_config("local[2]", shuffle_partitions=4, driver_memory="3g", ui=False).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_cached_frames() -> Iterator[None]:
+    """Drop what a test module cached: the one session lives for the whole run, and cached blocks
+    within the protected storage fraction would otherwise starve later modules' aggregations."""
+    yield
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        session.catalog.clearCache()
