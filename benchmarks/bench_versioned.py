@@ -14,6 +14,7 @@ Not a test: nothing here asserts a time.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import sys
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     from resources.lake import LakeResource
     from resources.spark import default_spark_config
 
+    load = os.getloadavg()[0]  # the machine may be shared: say how busy it was
     builder = SparkSession.builder
     for k, v in default_spark_config("local[*]").items():
         builder = builder.config(k, v)
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     result = (
-        f"- Machine: {describe_machine()}; shared with other Spark jobs during the run.\n"
+        f"- Machine: {describe_machine()}; load average {load:.1f} when the run started.\n"
         f"- Full: {args.updates:,} updates over {args.keys:,} keys in one hour: **{full:.1f} s, "
         f"{args.updates / full:,.0f} updates/s**; {rows:,} version rows after both runs.\n"
         f"- Incremental: {args.incremental:,} updates of random existing keys (late: effective times inside the "
