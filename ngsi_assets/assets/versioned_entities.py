@@ -73,6 +73,7 @@ from ngsi_assets.transforms.versioned_entities import (
     refresh_messages,
     table_keys,
     typed_versions,
+    union_all,
 )
 from resources.lake import PARTITION_COLUMN, LakeResource, key_to_dt
 from resources.versioning import VersioningResource
@@ -251,7 +252,7 @@ class VersioningRun:
             outcomes.append(
                 map_to_target(src, work.name, definition, mapping, lookups, link_keys, link_fields=link_fields)
             )
-        for src, parent_field, mapping in getattr(self, "_children", {}).get(work.name, []):
+        for src, parent_field, mapping in self._children.get(work.name, []):
             outcomes.append(
                 map_to_target(
                     src,
@@ -276,17 +277,15 @@ class VersioningRun:
                     for f in definition.fields.values()
                     if f.type == "children" and f.childEntity == child
                 )
-                self.__dict__.setdefault("_children", {}).setdefault(child, []).append(
-                    (frame, parent_field, EntityMapping(reference=child))
-                )
+                self._children.setdefault(child, []).append((frame, parent_field, EntityMapping(reference=child)))
 
     def process(self, work: EntityWork) -> EntityOutcome | None:
         """Fold the keys this run touches for one entity and rewrite their buckets."""
         folder = entity_folder(work.name)
-        new = _union(work.records, ENTITY_RECORDS, self.spark, drop=[BUCKET])
+        new = union_all(work.records, _RECORDS_NO_BUCKET, self.spark)
         new = new.withColumn(BUCKET, bucket_column(F.col("guid"), self.buckets)).persist()
         self._persisted.append(new)
-        refreshes_new = _union(work.refreshes, REFRESHES, self.spark)
+        refreshes_new = union_all(work.refreshes, REFRESHES, self.spark)
         fields = self.fields_of(work, new)
 
         history = self.lake.read_folders(self.spark, REFRESHES_DS, PARTITION_COLUMN, None, subfolder=folder)
@@ -381,6 +380,8 @@ class VersioningRun:
     def run(self, messages: DataFrame, events: DataFrame) -> tuple[list[EntityOutcome], DataFrame]:
         """Process the run's hours; returns each entity's outcome and the message log written."""
         self._persisted: list[DataFrame] = []
+        # Child source records, by child entity, produced while mapping their parents.
+        self._children: dict[str, list[tuple[DataFrame, str | None, EntityMapping]]] = {}
         try:
             no_clashes = F.array().cast("array<string>")
             datahub = datahub_source_records(messages).withColumn("clashes", no_clashes)
@@ -410,7 +411,7 @@ class VersioningRun:
                     outcomes.append(outcome)
                 all_records.extend(r.where(F.col("op") != SEEN).select("message_identifier") for r in work.records)
 
-            errors_df = _union(errors, RECORD_ERRORS, self.spark)
+            errors_df = union_all(errors, RECORD_ERRORS, self.spark)
             self.lake.replace_partitions(errors_df, ERRORS_DS, self.keys)
             errors_written = self.lake.read(self.spark, ERRORS_DS, RECORD_ERRORS, self.keys)
             processed = (
@@ -419,9 +420,11 @@ class VersioningRun:
                 .union(refreshing.select("message_identifier", PARTITION_COLUMN))
                 .distinct()
             )
-            records_df = _union(all_records, StructType([StructField("message_identifier", StringType())]), self.spark)
+            records_df = union_all(
+                all_records, StructType([StructField("message_identifier", StringType())]), self.spark
+            )
             self.lake.replace_partitions(message_log(processed, records_df, errors_written), LOG_DS, self.keys)
-            self.lake.replace_partitions(_union(self._index_rows, _INDEX_DT, self.spark), INDEX_DS, self.keys)
+            self.lake.replace_partitions(union_all(self._index_rows, _INDEX_DT, self.spark), INDEX_DS, self.keys)
             return outcomes, self.lake.read(self.spark, LOG_DS, MESSAGE_LOG, self.keys)
         finally:
             # Also on failure: a run in a long-lived session (tests, notebooks) must not leak cache.
@@ -429,17 +432,9 @@ class VersioningRun:
                 frame.unpersist()
 
 
+_MESSAGE_IDS = StructType([StructField("message_identifier", StringType())])
+_RECORDS_NO_BUCKET = StructType([f for f in ENTITY_RECORDS.fields if f.name != BUCKET])
 _INDEX_DT = StructType([*INDEX.fields, StructField(PARTITION_COLUMN, StringType(), False)])
-
-
-def _union(frames: Sequence[DataFrame], schema: StructType, spark: SparkSession, drop: Sequence[str] = ()) -> DataFrame:
-    names = [n for n in schema.fieldNames() if n not in drop]
-    if not frames:
-        return spark.createDataFrame([], StructType([f for f in schema.fields if f.name in names]))
-    out = frames[0].select(*names)
-    for f in frames[1:]:
-        out = out.unionByName(f.select(*names))
-    return out
 
 
 def export_rows(table: DataFrame, definition: TargetEntity) -> DataFrame:

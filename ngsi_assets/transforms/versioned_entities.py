@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -214,15 +214,26 @@ def datahub_source_records(messages: DataFrame) -> DataFrame:
         "dt",
         F.posexplode(body["data"]).alias("pos", "raw"),
     )
-    return exploded.select(
+    return _as_source_records(exploded, F.col("raw"))
+
+
+def _as_source_records(df: DataFrame, raw: Column) -> DataFrame:
+    """SOURCE_RECORDS of one data-hub record per row: ``raw`` is its map, ``pos`` its 0-based place.
+
+    ``deleted_indicator`` makes a record a delete (a value that is not a boolean is an error,
+    reported when it is mapped); it is not a field.
+    """
+    if "effective_ts" not in df.columns:
+        df = df.withColumnRenamed("effective_timestamp", "effective_ts")
+    return df.select(
         "message_identifier",
         "effective_ts",
         "source_system",
         "source_entity",
         "refresh",
         (F.col("pos") + 1).cast("int").alias("record_seq"),
-        F.map_filter("raw", lambda k, _: k != DELETED).alias("values"),
-        F.col("raw")[DELETED].alias("deleted_raw"),
+        F.map_filter(raw, lambda k, _: k != DELETED).alias("values"),
+        raw[DELETED].alias("deleted_raw"),
         "dt",
     )
 
@@ -350,18 +361,7 @@ def csv_source_records(messages: DataFrame, csv_systems: Sequence[str]) -> tuple
         F.concat(F.lit("csv record "), (F.col("pos") + 1).cast("string"), F.lit(": more cells than the header has")),
     )
     values = F.map_from_arrays(F.slice("_head", 1, F.col("_n")), F.slice("_cells", 1, F.col("_n")))
-    good = rows.where(~F.col("_extra")).withColumn("_values", values)
-    records = good.select(
-        "message_identifier",
-        F.col("effective_timestamp").alias("effective_ts"),
-        "source_system",
-        "source_entity",
-        "refresh",
-        (F.col("pos") + 1).cast("int").alias("record_seq"),
-        F.map_filter("_values", lambda k, _: k != DELETED).alias("values"),
-        F.col("_values")[DELETED].alias("deleted_raw"),
-        "dt",
-    )
+    records = _as_source_records(rows.where(~F.col("_extra")).withColumn("_values", values), F.col("_values"))
     return records, unreadable.unionByName(header_errors).unionByName(cell_errors)
 
 
@@ -665,7 +665,7 @@ def map_to_target(
             F.col("child")[DELETED].alias("deleted_raw"),
             "dt",
         )
-    return MappedRecords(records, errors, _union_all(refresh_parts, REFRESHES, source), children)
+    return MappedRecords(records, errors, union_all(refresh_parts, REFRESHES, source.sparkSession), children)
 
 
 def _resolve_link(
@@ -728,12 +728,14 @@ def _empty(like: DataFrame, schema: StructType) -> DataFrame:
     return like.sparkSession.createDataFrame([], schema)
 
 
-def _union_all(frames: Sequence[DataFrame], schema: StructType, like: DataFrame) -> DataFrame:
+def union_all(frames: Sequence[DataFrame], schema: StructType, spark: SparkSession) -> DataFrame:
+    """The frames stacked by column name, projected on ``schema`` (an empty frame of it when none)."""
     if not frames:
-        return _empty(like, schema)
-    out = frames[0]
+        return spark.createDataFrame([], schema)
+    names = schema.fieldNames()
+    out = frames[0].select(*names)
     for frame in frames[1:]:
-        out = out.unionByName(frame)
+        out = out.unionByName(frame.select(*names))
     return out
 
 
