@@ -59,6 +59,62 @@ class _Fs:
         if not fs.rename(self._path(src), self._path(dst)):
             raise OSError(f"could not rename {src} to {dst}")
 
+    def write_text(self, uri: str, text: str) -> None:
+        """Write a small file whole: written beside it first, then renamed into place (replacing it)."""
+        fs = self._fs(uri)
+        tmp = f"{uri}.{uuid.uuid4().hex}.tmp"
+        out = fs.create(self._path(tmp), True)
+        try:
+            out.write(bytearray(text.encode("utf-8")))
+        finally:
+            out.close()
+        if fs.exists(self._path(uri)):
+            fs.delete(self._path(uri), False)
+        self.rename(tmp, uri)
+
+    def read_text(self, uri: str) -> str | None:
+        """A small file's text, or None when it does not exist."""
+        fs = self._fs(uri)
+        if not fs.exists(self._path(uri)):
+            return None
+        stream = fs.open(self._path(uri))
+        try:
+            jvm = self.spark._jvm
+            return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def list_names(self, uri: str) -> list[str]:
+        """The names directly under a folder (empty when it does not exist)."""
+        fs = self._fs(uri)
+        if not fs.exists(self._path(uri)):
+            return []
+        return sorted(str(st.getPath().getName()) for st in fs.listStatus(self._path(uri)))
+
+    def file_signatures(self, uri: str, column: str) -> dict[str, str]:
+        """Per ``column=value`` folder under ``uri``: a digest of its files' names, sizes and times.
+
+        A folder rewritten by ``replace_folders`` gets new file names, so its digest changes.
+        """
+        import hashlib
+
+        fs = self._fs(uri)
+        out: dict[str, str] = {}
+        prefix = column + "="
+        if not fs.exists(self._path(uri)):
+            return out
+        for st in fs.listStatus(self._path(uri)):
+            name = str(st.getPath().getName())
+            if not (st.isDirectory() and name.startswith(prefix)):
+                continue
+            files = fs.listFiles(st.getPath(), True)
+            parts = []
+            while files.hasNext():
+                f = files.next()
+                parts.append(f"{f.getPath().getName()}:{f.getLen()}:{f.getModificationTime()}")
+            out[name[len(prefix) :]] = hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()
+        return out
+
     def list_partition_values(self, uri: str, column: str = PARTITION_COLUMN) -> list[str]:
         fs = self._fs(uri)
         path = self._path(uri)
@@ -76,6 +132,10 @@ class LakeResource(ConfigurableResource):
     """Parquet datasets under ``root``, one folder per asset, hourly ``dt=`` partitions."""
 
     root: str = Field(description="Folder or Hadoop URI under which every dataset lives.")
+
+    def files(self, spark: SparkSession) -> _Fs:
+        """File operations on the lake (through Hadoop's FileSystem, so local folders and URIs alike)."""
+        return _Fs(spark)
 
     def dataset_uri(self, dataset: str) -> str:
         if not dataset or "/" in dataset or dataset.startswith((".", "_")):

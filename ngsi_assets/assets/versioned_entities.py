@@ -424,7 +424,7 @@ class VersioningRun:
                 all_records, StructType([StructField("message_identifier", StringType())]), self.spark
             )
             self.lake.replace_partitions(message_log(processed, records_df, errors_written), LOG_DS, self.keys)
-            self.lake.replace_partitions(union_all(self._index_rows, _INDEX_DT, self.spark), INDEX_DS, self.keys)
+            self.lake.replace_partitions(union_all(self._index_rows, INDEX_DT, self.spark), INDEX_DS, self.keys)
             return outcomes, self.lake.read(self.spark, LOG_DS, MESSAGE_LOG, self.keys)
         finally:
             # Also on failure: a run in a long-lived session (tests, notebooks) must not leak cache.
@@ -434,7 +434,7 @@ class VersioningRun:
 
 _MESSAGE_IDS = StructType([StructField("message_identifier", StringType())])
 _RECORDS_NO_BUCKET = StructType([f for f in ENTITY_RECORDS.fields if f.name != BUCKET])
-_INDEX_DT = StructType([*INDEX.fields, StructField(PARTITION_COLUMN, StringType(), False)])
+INDEX_DT = StructType([*INDEX.fields, StructField(PARTITION_COLUMN, StringType(), False)])
 
 
 def export_rows(table: DataFrame, definition: TargetEntity) -> DataFrame:

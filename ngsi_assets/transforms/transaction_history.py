@@ -1,0 +1,342 @@
+"""The transaction history (seed 003) as pure DataFrame functions over the versioned entities.
+
+A *space* is one target entity (its ``versioned_entities`` table); a *feature* is one key of it,
+identified by ``id`` (the key value as text, or the JSON array of the key values for a compound
+key). A feature's *state* is its current version (the open row, ``valid_to_timestamp`` null) as a
+JSON object of the row's non-null columns: guid, valid_from_timestamp, deleted_indicator, the key and
+business fields, source_message and field_provenance. The versioned entities keep the valid-time
+history (what was true when); the transaction history keeps the transaction time (what the platform
+knew after each materialization), so the two together are bitemporal.
+
+Each transaction compares the features of the buckets that changed with the history's HEAD (the
+newest history row per feature) and writes one history row per feature whose state differs:
+
+- absent (never seen, or purged) -> present and live: ``CREATE``, ``puuid`` null;
+- absent -> present and deleted (created and deleted between two transactions): ``DELETE``, ``puuid`` null;
+- present -> live with another state: ``UPDATE`` (also a recreate after a delete);
+- present -> deleted with another state: ``DELETE``;
+- present -> gone from the versioned entities (every record of the key was withdrawn, e.g. by
+  reprocessing): ``PURGE``, carrying the last state. A later reappearance starts a new chain with a
+  ``CREATE``.
+
+So per feature, in ``i`` order, ``puuid`` is null exactly on the first row and on the row after a
+PURGE, and otherwise is the previous row's ``uuid`` (``chain_breaks`` counts the rows that are not).
+A state that did not change writes nothing, which is why rerunning a partition adds no rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    BooleanType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from ngsi_assets.ngsi.entity_schema import DELETED, FIELD_PROVENANCE, GUID, SOURCE_MESSAGE, VALID_FROM, VALID_TO
+from ngsi_assets.ngsi.transactions import Action
+from ngsi_assets.transforms.transaction_ids import uuid_column
+
+BUCKET = "bucket"
+TXN = "txn"  # the per-space transaction counter: the history's partition column
+
+# One row per change of a feature, in the seed's columns (lastUpdatedBy as last_updated_by, the
+# feature's JSON as state) plus what the store needs: guid and bucket to find the row again,
+# created_at (when the feature's chain began) and the state's hash.
+HISTORY = StructType(
+    [
+        StructField("i", LongType(), False),
+        StructField("action", IntegerType(), False),
+        StructField("tnx", LongType(), False),
+        StructField("ts", TimestampType(), False),
+        StructField("id", StringType(), False),
+        StructField("uuid", StringType(), False),
+        StructField("puuid", StringType()),
+        StructField("last_updated_by", StringType()),
+        StructField("created_at", TimestampType(), False),
+        StructField("deleted", BooleanType(), False),
+        StructField("state", StringType(), False),
+        StructField("state_hash", StringType(), False),
+        StructField("guid", StringType(), False),
+        StructField(BUCKET, IntegerType(), False),
+        StructField(TXN, LongType(), False),
+    ]
+)
+
+# The newest history row of every feature not purged: what the next transaction compares against.
+HEAD = StructType([f for f in HISTORY.fields if f.name != TXN])
+
+# The features of versioned-entity rows as the history sees them.
+CURRENT = StructType(
+    [
+        StructField("guid", StringType(), False),
+        StructField(BUCKET, IntegerType(), False),
+        StructField("id", StringType(), False),
+        StructField("deleted", BooleanType(), False),
+        StructField("source_message", StringType(), False),
+        StructField("state", StringType(), False),
+        StructField("state_hash", StringType(), False),
+    ]
+)
+
+_PROVENANCE = MapType(StringType(), StructType([StructField("m", StringType()), StructField("p", IntegerType())]))
+_STANDARD = (GUID, VALID_FROM, DELETED)
+_TRAILING = (SOURCE_MESSAGE, FIELD_PROVENANCE)
+
+
+def feature_id(key_fields: Sequence[str]) -> Column:
+    """A feature's ``id``: the key value as text, or the JSON array of the key values (as text)."""
+    if not key_fields:
+        raise ValueError("a space needs at least one key field")
+    if len(key_fields) == 1:
+        return F.col(key_fields[0]).cast("string")
+    return F.to_json(F.array(*[F.col(k).cast("string") for k in key_fields]))
+
+
+def current_features(versions: DataFrame, key_fields: Sequence[str]) -> DataFrame:
+    """One row per guid of a versioned-entities table: the open version as a feature (``CURRENT``).
+
+    The state lists the standard columns first, then the business fields by name, then source_message
+    and field_provenance (as a JSON object), leaving nulls out: a column that appears in the table
+    (a new NGSI attribute) does not change the state of rows that do not have it.
+    """
+    business = sorted(c for c in versions.columns if c not in (*_STANDARD, *_TRAILING, VALID_TO, BUCKET))
+    state = F.to_json(
+        F.struct(
+            *[F.col(c) for c in _STANDARD],
+            *[F.col(c) for c in business],
+            F.col(SOURCE_MESSAGE),
+            F.from_json(F.col(FIELD_PROVENANCE), _PROVENANCE).alias(FIELD_PROVENANCE),
+        ),
+        {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"},
+    )
+    return (
+        versions.where(F.col(VALID_TO).isNull())
+        .select(
+            F.col(GUID).alias("guid"),
+            F.col(BUCKET),
+            feature_id(key_fields).alias("id"),
+            F.col(DELETED).alias("deleted"),
+            F.col(SOURCE_MESSAGE).alias("source_message"),
+            state.alias("state"),
+        )
+        .withColumn("state_hash", F.sha2(F.col("state"), 256))
+    )
+
+
+def changes(head: DataFrame, current: DataFrame) -> DataFrame:
+    """The features whose state differs between ``head`` (HEAD rows) and ``current`` (CURRENT rows).
+
+    Both must cover the same buckets. One row per changed guid: action, puuid, created_at (null for a
+    new chain), deleted, state, state_hash, id, guid, bucket, source_message (null for a PURGE).
+    """
+    old = head.select(
+        F.col("guid"),
+        F.col(BUCKET).alias("_old_bucket"),
+        F.col("id").alias("_old_id"),
+        F.col("uuid").alias("_old_uuid"),
+        F.col("created_at").alias("_old_created"),
+        F.col("deleted").alias("_old_deleted"),
+        F.col("state").alias("_old_state"),
+        F.col("state_hash").alias("_old_hash"),
+    )
+    joined = old.join(current, "guid", "full_outer")
+    has_old = F.col("_old_uuid").isNotNull()
+    has_new = F.col("state").isNotNull()
+    action = (
+        F.when(has_old & ~has_new, F.lit(int(Action.PURGE)))
+        .when(F.col("deleted"), F.lit(int(Action.DELETE)))
+        .when(has_old, F.lit(int(Action.UPDATE)))
+        .otherwise(F.lit(int(Action.CREATE)))
+    )
+    return joined.where(~has_old | ~has_new | (F.col("_old_hash") != F.col("state_hash"))).select(
+        action.alias("action"),
+        F.col("_old_uuid").alias("puuid"),
+        F.col("_old_created").alias("created_at"),
+        F.coalesce(F.col("deleted"), F.col("_old_deleted")).alias("deleted"),
+        F.coalesce(F.col("state"), F.col("_old_state")).alias("state"),
+        F.coalesce(F.col("state_hash"), F.col("_old_hash")).alias("state_hash"),
+        F.coalesce(F.col("id"), F.col("_old_id")).alias("id"),
+        F.col("guid"),
+        F.coalesce(F.col(BUCKET), F.col("_old_bucket")).alias(BUCKET),
+        F.col("source_message"),
+    )
+
+
+def number_changes(changed: DataFrame, *, first_i: int, tnx: int, ts: datetime, txn: int) -> DataFrame:
+    """HISTORY rows for one transaction: ``i`` from ``first_i`` upwards in id order, uuid from (tnx, i).
+
+    ``changed`` is ``changes`` joined with a ``last_updated_by`` column. The numbering is distributed
+    (``zipWithIndex`` over the id-sorted rows): nothing is collected.
+    """
+    ordered = changed.orderBy("id", "guid")
+    indexed = ordered.rdd.zipWithIndex().map(lambda pair: (*pair[0], pair[1]))
+    numbered = ordered.sparkSession.createDataFrame(
+        indexed, StructType([*ordered.schema.fields, StructField("_n", LongType(), False)])
+    )
+    i = F.col("_n") + F.lit(first_i)
+    ts_col = F.lit(ts).cast("timestamp")
+    created = F.when(F.col("created_at").isNull(), ts_col).otherwise(F.col("created_at"))
+    return numbered.select(
+        i.cast("long").alias("i"),
+        F.col("action").cast("int").alias("action"),
+        F.lit(tnx).cast("long").alias("tnx"),
+        ts_col.alias("ts"),
+        F.col("id"),
+        uuid_column(F.lit(tnx).cast("long"), i.cast("long")).alias("uuid"),
+        F.col("puuid"),
+        F.col("last_updated_by"),
+        created.alias("created_at"),
+        F.col("deleted"),
+        F.col("state"),
+        F.col("state_hash"),
+        F.col("guid"),
+        F.col(BUCKET).cast("int").alias(BUCKET),
+        F.lit(txn).cast("long").alias(TXN),
+    )
+
+
+def advance_head(head: DataFrame, history: DataFrame) -> DataFrame:
+    """HEAD after ``history`` rows (of later transactions than ``head``): each guid's newest row, purged guids gone."""
+    newest = Window.partitionBy("guid").orderBy(F.col("i").desc())
+    latest = (
+        history.select(*HEAD.fieldNames())
+        .withColumn("_rank", F.row_number().over(newest))
+        .where(F.col("_rank") == 1)
+        .drop("_rank")
+    )
+    kept = head.select(*HEAD.fieldNames()).join(latest.select("guid"), "guid", "left_anti")
+    return kept.unionByName(latest).where(F.col("action") != int(Action.PURGE))
+
+
+def last_updated_by(changed: DataFrame, messages: DataFrame) -> DataFrame:
+    """``changed`` with ``last_updated_by``: who sent the message behind the change (user, else source system).
+
+    The message is the state's source_message if ``messages`` (message_identifier, user, source_system:
+    the messages the run processed) has it, else the smallest of the run's messages named in the
+    state's field_provenance: a late message that changed a field of the current version is in the
+    provenance but is not the version's source. A change none of the run's messages explains (made by
+    an earlier run whose history was not recorded, or a PURGE) gets null.
+    """
+    who = messages.select(
+        F.col("message_identifier").alias("_m"),
+        F.coalesce(F.col("user"), F.col("source_system")).alias("_who"),
+    ).dropDuplicates(["_m"])
+    provenance = F.from_json(F.get_json_object(F.col("state"), "$." + FIELD_PROVENANCE), _PROVENANCE)
+    candidates = changed.select(
+        "guid",
+        F.explode(
+            F.array_union(
+                F.array(F.struct(F.lit(0).alias("rank"), F.col("source_message").alias("m"))),
+                F.transform(
+                    F.coalesce(F.map_values(provenance), F.array().cast("array<struct<m:string,p:int>>")),
+                    lambda e: F.struct(F.lit(1).alias("rank"), e["m"].alias("m")),
+                ),
+            )
+        ).alias("c"),
+    ).where(F.col("c.m").isNotNull())
+    best = (
+        candidates.join(who, F.col("c.m") == F.col("_m"))
+        .groupBy("guid")
+        .agg(F.min(F.struct(F.col("c.rank"), F.col("c.m"), F.col("_who"))).alias("_best"))
+        .select("guid", F.col("_best._who").alias("last_updated_by"))
+    )
+    purge = F.col("action") == int(Action.PURGE)
+    return changed.join(best, "guid", "left").withColumn(
+        "last_updated_by", F.when(purge, F.lit(None).cast("string")).otherwise(F.col("last_updated_by"))
+    )
+
+
+# -- reading the history --------------------------------------------------------------------------
+
+
+def as_of(history: DataFrame, *, tnx: int | None = None, ts: datetime | None = None) -> DataFrame:
+    """The newest row of every feature at transaction ``tnx`` (inclusive) or time ``ts`` (inclusive).
+
+    Purged features are left out; deleted ones are kept (their state says deleted_indicator true),
+    as the versioned entities keep them. With neither bound: the HEAD.
+    """
+    rows = history
+    if tnx is not None:
+        rows = rows.where(F.col("tnx") <= F.lit(tnx))
+    if ts is not None:
+        rows = rows.where(F.col("ts") <= F.lit(ts).cast("timestamp"))
+    newest = Window.partitionBy("id").orderBy(F.col("i").desc())
+    return (
+        rows.withColumn("_rank", F.row_number().over(newest))
+        .where((F.col("_rank") == 1) & (F.col("action") != int(Action.PURGE)))
+        .drop("_rank")
+    )
+
+
+def live(state: DataFrame) -> DataFrame:
+    """The features of an ``as_of`` result that exist in the space (not deleted)."""
+    return state.where(F.col("action").isin(int(Action.CREATE), int(Action.UPDATE)))
+
+
+def difference(before: DataFrame, after: DataFrame) -> DataFrame:
+    """Per id, how two ``as_of`` results differ: change ``added``/``removed``/``changed``, both states and uuids."""
+    a = before.select(
+        "id", F.col("uuid").alias("uuid_before"), F.col("state").alias("state_before"), F.col("state_hash").alias("_hb")
+    )
+    b = after.select(
+        "id", F.col("uuid").alias("uuid_after"), F.col("state").alias("state_after"), F.col("state_hash").alias("_ha")
+    )
+    joined = a.join(b, "id", "full_outer")
+    change = (
+        F.when(F.col("_hb").isNull(), F.lit("added"))
+        .when(F.col("_ha").isNull(), F.lit("removed"))
+        .otherwise(F.lit("changed"))
+    )
+    return joined.where(F.col("_hb").isNull() | F.col("_ha").isNull() | (F.col("_hb") != F.col("_ha"))).select(
+        "id", change.alias("change"), "uuid_before", "uuid_after", "state_before", "state_after"
+    )
+
+
+def layer(base: DataFrame, delta: DataFrame) -> DataFrame:
+    """A layer view: ``delta`` (an ``as_of`` result of the delta space) read through onto ``base``.
+
+    Per id: a delta CREATE or UPDATE shows the delta's state; a delta DELETE hides the feature; with no
+    delta row (never written, or purged, so ``as_of`` left it out) the base's live feature shows.
+    Columns: id, layer ('delta' or 'base'), uuid, state.
+    """
+    from_delta = live(delta).select("id", F.lit("delta").alias("layer"), "uuid", "state")
+    from_base = (
+        live(base)
+        .join(delta.select("id"), "id", "left_anti")
+        .select("id", F.lit("base").alias("layer"), "uuid", "state")
+    )
+    return from_delta.unionByName(from_base)
+
+
+def chain_breaks(history: DataFrame) -> DataFrame:
+    """History rows that break their feature's puuid chain, with the reason.
+
+    In ``i`` order per id: the first row and the row after a PURGE must have a null puuid (and be a
+    CREATE, or a DELETE of a feature first seen deleted); every other row must have the previous
+    row's uuid as puuid and must not be a CREATE.
+    """
+    by_id = Window.partitionBy("id").orderBy("i")
+    prev_uuid = F.lag("uuid").over(by_id)
+    prev_action = F.lag("action").over(by_id)
+    starts = prev_uuid.isNull() | (prev_action == int(Action.PURGE))
+    rows = history.select("id", "i", "uuid", "puuid", "action", starts.alias("_start"), prev_uuid.alias("_prev"))
+    reason = (
+        F.when(F.col("_start") & F.col("puuid").isNotNull(), F.lit("chain start with a puuid"))
+        .when(
+            F.col("_start") & ~F.col("action").isin(int(Action.CREATE), int(Action.DELETE)),
+            F.lit("chain start that is not a CREATE or DELETE"),
+        )
+        .when(~F.col("_start") & (F.col("action") == int(Action.CREATE)), F.lit("CREATE inside a chain"))
+        .when(~F.col("_start") & ~F.col("puuid").eqNullSafe(F.col("_prev")), F.lit("puuid is not the previous uuid"))
+    )
+    return rows.select("id", "i", "uuid", "puuid", "action", reason.alias("reason")).where(F.col("reason").isNotNull())

@@ -1,0 +1,227 @@
+"""The history store over generated versioned-entity tables: the rewind property, PURGE, and crash recovery.
+
+The tables are written straight into the lake (one open version per present key), so hypothesis can
+explore many histories (creates, updates, deletes, recreates, purges, unchanged steps) without paying
+for a versioning run per step; ``tests/assets/test_transaction_history.py`` runs the real versioning.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from ngsi_assets.ngsi.entity_schema import entity_folder
+from ngsi_assets.ngsi.transactions import Action, tnx_of, uuid_of
+from ngsi_assets.transforms.transaction_history import chain_breaks
+from ngsi_assets.transforms.versioned_entities import bucket_column, guid_of
+from resources.history import HEAD_DS, HistoryStore
+from resources.lake import LakeResource
+
+SPACE = "thing"
+KEYS = ["A", "B", "C", "D"]
+BUCKETS = 2
+TABLE = (
+    "guid string, valid_from_timestamp timestamp, valid_to_timestamp timestamp, deleted_indicator boolean, "
+    "code string, name string, size int, source_message string, field_provenance string"
+)
+
+State = tuple[bool, str | None, int | None]  # deleted, name, size
+Step = dict[str, State]  # the present keys' open versions; an absent key has no rows (purged)
+
+states = st.tuples(st.booleans(), st.sampled_from([None, "x", "y"]), st.sampled_from([None, 1, 2]))
+steps = st.dictionaries(st.sampled_from(KEYS), states, max_size=len(KEYS))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 5, 1, 8, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(seconds=50)
+        return self.now
+
+
+def write_table(spark: SparkSession, lake: LakeResource, step: Step, n: int) -> None:
+    """The space's versioned-entities table holding ``step`` (every bucket replaced, empty ones too)."""
+    rows = []
+    for key, (deleted, name, size) in sorted(step.items()):
+        prov = {"guid": {"m": f"m{n}", "p": 0}}
+        if name is not None:
+            prov["name"] = {"m": f"m{n}", "p": 0}
+        if size is not None:
+            prov["size"] = {"m": f"m{n}", "p": 0}
+        rows.append(
+            (
+                guid_of(SPACE, json.dumps([key])),
+                datetime(2026, 1, 1) + timedelta(hours=n),
+                None,
+                deleted,
+                key,
+                name,
+                size,
+                f"m{n}",
+                json.dumps(prov),
+            )
+        )
+    df = spark.createDataFrame(rows, TABLE).withColumn("bucket", bucket_column(F.col("guid"), BUCKETS))
+    lake.replace_folders(df, "versioned_entities", "bucket", list(range(BUCKETS)), subfolder=entity_folder(SPACE))
+
+
+def record(store: HistoryStore, spark: SparkSession, n: int):
+    messages = spark.createDataFrame(
+        [(f"m{n}", None, f"system{n}")], "message_identifier string, user string, source_system string"
+    )
+    with store.writer_lock():
+        return store.record(SPACE, ("code",), messages)
+
+
+def rewound(store: HistoryStore, at: int) -> Step:
+    out = {}
+    for r in store.state(SPACE, at=at).collect():
+        s = json.loads(r["state"])
+        out[r["id"]] = (s["deleted_indicator"], s.get("name"), s.get("size"))
+    return out
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=st.lists(steps, min_size=1, max_size=5))
+def test_rewinding_to_each_transaction_reproduces_the_state(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, history: list[Step]
+) -> None:
+    lake = LakeResource(root=str(tmp_path_factory.mktemp("prop") / "lake"))
+    store = HistoryStore(spark, lake, clock=Clock())
+    snapshots: list[tuple[int, Step]] = []
+    previous: Step = {}
+    for n, step in enumerate(history, start=1):
+        write_table(spark, lake, step, n)
+        commit = record(store, spark, n)
+        if not step and not previous:
+            assert commit is None  # nothing before, nothing now
+        else:
+            assert commit is not None  # every version's source message and valid-from differ per step
+        if commit is not None:
+            snapshots.append((commit.tnx, dict(step)))
+            assert commit.tnx == tnx_of(commit.ts, commit.txn)
+        previous = step
+    for tnx, snapshot in snapshots:
+        assert rewound(store, tnx) == snapshot
+    if snapshots:
+        rows = store.history(SPACE)
+        assert chain_breaks(rows).count() == 0
+        all_rows = rows.collect()
+        assert len({r["uuid"] for r in all_rows}) == len(all_rows)
+        assert all(r["uuid"] == str(uuid_of(r["tnx"], r["i"])) for r in all_rows)
+        assert sorted(r["i"] for r in all_rows) == list(range(1, len(all_rows) + 1))
+        # Recording again without a change commits nothing.
+        assert record(store, spark, len(history)) is None
+
+
+@pytest.fixture
+def store(spark: SparkSession, tmp_path: Path) -> HistoryStore:
+    return HistoryStore(spark, LakeResource(root=str(tmp_path / "lake")), clock=Clock())
+
+
+def actions(store: HistoryStore) -> list[tuple[int, str, str, bool]]:
+    rows = store.history(SPACE).orderBy("i").collect()
+    prev = {}
+    out = []
+    for r in rows:
+        out.append((r["i"], Action(r["action"]).name, r["id"], r["puuid"] == prev.get(r["id"])))
+        prev[r["id"]] = r["uuid"]
+    return out
+
+
+def test_purge_then_reappearance_starts_a_new_chain(spark: SparkSession, store: HistoryStore) -> None:
+    lake = store.lake
+    write_table(spark, lake, {"A": (False, "x", 1), "B": (False, "y", 2)}, 1)
+    record(store, spark, 1)
+    write_table(spark, lake, {"B": (False, "y", 2)}, 1)  # A's rows are gone (reprocessing withdrew them)
+    purge = record(store, spark, 1)
+    assert purge is not None and purge.commit_json["actions"] == {"PURGE": 1}
+    write_table(spark, lake, {"A": (False, "z", 1), "B": (False, "y", 2)}, 1)
+    record(store, spark, 1)
+    assert actions(store) == [
+        (1, "CREATE", "A", True),  # puuid None == no previous uuid
+        (2, "CREATE", "B", True),
+        (3, "PURGE", "A", True),  # puuid: the CREATE's uuid
+        (4, "CREATE", "A", False),  # a new chain: puuid null, not the PURGE's uuid
+    ]
+    rows = {r["i"]: r for r in store.history(SPACE).collect()}
+    assert rows[4]["puuid"] is None and rows[3]["puuid"] == rows[1]["uuid"]
+    assert json.loads(rows[3]["state"])["name"] == "x"  # a PURGE carries the last state
+    assert chain_breaks(store.history(SPACE)).count() == 0
+    # Between the PURGE and the re-creation the feature does not exist; before it, it did.
+    commits = store.commits(SPACE)
+    assert set(rewound(store, commits[1].tnx)) == {"B"}
+    assert rewound(store, commits[0].tnx)["A"] == (False, "x", 1)
+    assert rewound(store, commits[2].tnx)["A"] == (False, "z", 1)
+
+
+def test_chain_breaks_finds_a_broken_chain(spark: SparkSession, store: HistoryStore) -> None:
+    write_table(spark, store.lake, {"A": (False, "x", 1)}, 1)
+    record(store, spark, 1)
+    write_table(spark, store.lake, {"A": (False, "y", 1)}, 2)
+    record(store, spark, 2)
+    rows = store.history(SPACE)
+    broken = rows.withColumn(
+        "puuid", F.when(F.col("i") == 2, F.lit("00000000-0000-4000-8000-000000000000")).otherwise(F.col("puuid"))
+    )
+    assert [(r["i"], r["reason"]) for r in chain_breaks(broken).collect()] == [(2, "puuid is not the previous uuid")]
+    doubled = rows.withColumn("action", F.lit(int(Action.CREATE)))
+    assert [(r["i"], r["reason"]) for r in chain_breaks(doubled).collect()] == [(2, "CREATE inside a chain")]
+
+
+def test_crash_before_the_commit_leaves_no_rows(
+    spark: SparkSession, store: HistoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_table(spark, store.lake, {"A": (False, "x", 1)}, 1)
+    record(store, spark, 1)
+    write_table(spark, store.lake, {"A": (False, "y", 1), "B": (True, None, None)}, 2)
+    fs_type = type(store.fs)
+    real = fs_type.write_text
+
+    def crash(self, uri: str, text: str) -> None:  # noqa: ANN001
+        if uri.endswith(".json") and "transaction_log" in uri:
+            raise OSError("disk gone")
+        real(self, uri, text)
+
+    monkeypatch.setattr(fs_type, "write_text", crash)
+    with pytest.raises(OSError, match="disk gone"):
+        record(store, spark, 2)
+    monkeypatch.undo()
+    assert [r["i"] for r in store.history(SPACE).collect()] == [1]  # txn 2's rows are not committed
+    again = record(store, spark, 2)
+    assert again is not None and again.txn == 2
+    assert actions(store) == [(1, "CREATE", "A", True), (2, "UPDATE", "A", True), (3, "DELETE", "B", True)]
+
+
+def test_crash_after_the_commit_is_replayed_onto_head(
+    spark: SparkSession, store: HistoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_table(spark, store.lake, {"A": (False, "x", 1)}, 1)
+    record(store, spark, 1)
+    write_table(spark, store.lake, {"A": (False, "y", 1)}, 2)
+    real = store.lake.replace_folders
+
+    def crash(df, dataset, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
+        if dataset == HEAD_DS:
+            raise OSError("killed")
+        return real(df, dataset, *args, **kwargs)
+
+    monkeypatch.setattr(type(store.lake), "replace_folders", lambda self, *a, **k: crash(*a, **k))
+    with pytest.raises(OSError, match="killed"):
+        record(store, spark, 2)
+    monkeypatch.undo()
+    # Committed, but HEAD still says A is "x": without recovery the next run would write A again.
+    assert record(store, spark, 2) is None
+    assert actions(store) == [(1, "CREATE", "A", True), (2, "UPDATE", "A", True)]
+    write_table(spark, store.lake, {"A": (False, "z", 1)}, 3)
+    assert record(store, spark, 3).txn == 3
+    assert actions(store)[-1] == (3, "UPDATE", "A", True)
