@@ -163,9 +163,22 @@ def _run_load(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _configure_history(parser: argparse.ArgumentParser) -> None:
+    from ngsi_assets import history_cli
+
+    history_cli.configure(parser)
+
+
+def _run_history(args: argparse.Namespace) -> int:
+    from ngsi_assets import history_cli
+
+    return history_cli.run(args)
+
+
 COMMANDS: dict[str, Command] = {
     "serve": Command("run the notification receiver", _configure_serve, _run_serve),
     "load": Command("land notifications from files through the receiver's validation", _configure_load, _run_load),
+    "history": Command("inspect, tag and rewind the transaction history", _configure_history, _run_history),
 }
 
 

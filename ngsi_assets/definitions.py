@@ -8,8 +8,10 @@ from ngsi_assets import settings
 from ngsi_assets.assets.ingest import message_store, ngsi_events
 from ngsi_assets.assets.sql_sinks import historic_tables, last_data
 from ngsi_assets.assets.sth import sth_aggregates
+from ngsi_assets.assets.transaction_history import transaction_history
 from ngsi_assets.assets.versioned_entities import versioned_entities
 from ngsi_assets.sensors import ingest_job, landing_sensor, reprocess_job, reprocessing_sensor
+from resources.history import TransactionHistoryResource
 from resources.lake import LakeResource
 from resources.landing import LandingZoneResource
 from resources.spark import spark_resource
@@ -29,11 +31,21 @@ def build_resources() -> dict[str, object]:
         # Lake aggregates always; MongoDB publishing only when NGSI_MONGO_URL is set (NGSI_STH_* parameters).
         "sth": STHSinkResource.from_env(),
         "versioning": VersioningResource(schema_path=settings.entity_schema_path(), buckets=settings.entity_buckets()),
+        # Lake always; published to PostgreSQL when NGSI_HISTORY_POSTGRES_URL (or NGSI_POSTGRES_URL) is set.
+        "history": TransactionHistoryResource.from_env(),
     }
 
 
 defs = Definitions(
-    assets=[message_store, ngsi_events, historic_tables, last_data, versioned_entities, sth_aggregates],
+    assets=[
+        message_store,
+        ngsi_events,
+        historic_tables,
+        last_data,
+        versioned_entities,
+        sth_aggregates,
+        transaction_history,
+    ],
     jobs=[ingest_job, reprocess_job],
     sensors=[landing_sensor, reprocessing_sensor],
     resources=build_resources(),

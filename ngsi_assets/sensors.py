@@ -157,9 +157,11 @@ _UNFINISHED_RUNS_LIMIT = 1000
 
 reprocess_job = define_asset_job(
     "ngsi_reprocess_job",
-    selection=AssetSelection.assets(VERSIONED_ENTITIES),
+    # With the transaction history, so what the reprocessing changed is committed as a transaction.
+    selection=AssetSelection.assets(VERSIONED_ENTITIES).downstream(),
     partitions_def=hourly_partitions,
-    description="Reprocesses every message of one hour of versioned_entities (resolves late links).",
+    description="Reprocesses every message of one hour of versioned_entities (resolves late links), then "
+    "records the changes in the transaction history.",
 )
 
 

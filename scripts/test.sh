@@ -14,6 +14,7 @@ source scripts/lib.sh
 
 missing_packages() {
     [[ -x /usr/lib/postgresql/15/bin/postgres ]] || echo postgresql-15
+    [[ -f /usr/share/postgresql/15/extension/postgis.control ]] || echo postgresql-15-postgis-3
     [[ -x /usr/sbin/mariadbd ]] || command -v mariadbd >/dev/null 2>&1 || echo mariadb-server
     [[ -f /usr/share/java/postgresql.jar ]] || echo libpostgresql-jdbc-java
     [[ -f /usr/share/java/mariadb-java-client.jar ]] || echo libmariadb-java

@@ -286,7 +286,10 @@ def test_definitions_load_with_the_job_and_sensor() -> None:
     Definitions.validate_loadable(defs)
     job = defs.resolve_job_def("ngsi_reprocess_job")
     assert job.partitions_def == hourly_partitions
-    assert [str(k) for k in job.asset_layer.selected_asset_keys] == ["AssetKey(['versioned_entities'])"]
+    assert sorted(k.to_user_string() for k in job.asset_layer.selected_asset_keys) == [
+        "transaction_history",
+        "versioned_entities",
+    ]
     sensor = defs.resolve_sensor_def("reprocessing_sensor")
     assert sensor.job_name == "ngsi_reprocess_job" and sensor.minimum_interval_seconds == 30
 

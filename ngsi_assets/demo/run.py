@@ -176,6 +176,26 @@ def _print_outputs(spark, lake, hours: Sequence[str]) -> None:  # noqa: ANN001 (
     if reject_count:
         rejects.groupBy("reason").count().orderBy(F.desc("count")).show(5, truncate=False)
     _print_versioned(spark, lake, hours)
+    _print_history(spark, lake)
+
+
+def _print_history(spark, lake) -> None:  # noqa: ANN001 (Spark and resource types)
+    from pyspark.sql import functions as F
+
+    from resources.history import HistoryStore
+
+    store = HistoryStore(spark, lake)
+    print("transaction history: one transaction per space the run changed (seed 003 tnx; i..: history rows)")
+    for c in store.transactions():
+        print(f"  #{c.id} {c.space}: txn {c.txn} tnx {c.tnx} (0x{c.tnx & (2**64 - 1):016x}) "
+              f"at {c.ts:%Y-%m-%d %H:%M:%S}Z, i {c.first_i}..{c.last_i}, {c.commit_json['actions']}")  # fmt: skip
+    if "product" in store.spaces():
+        rows = store.history("product")
+        first = rows.orderBy("i").first()
+        print(f"the history rows of product {first['id']} (rewind: ngsi-assets history show product --at <tnx>):")
+        rows.where(F.col("id") == first["id"]).orderBy("i").select(
+            "i", "action", "tnx", "uuid", "puuid", "last_updated_by", F.substring("state", 1, 60).alias("state")
+        ).show(truncate=False)
 
 
 def _print_versioned(spark, lake, hours: Sequence[str]) -> None:  # noqa: ANN001 (Spark and resource types)
