@@ -166,16 +166,21 @@ class HistoryStore:
     def folders(self) -> list[str]:
         return [n for n in self.fs.list_names(self.lake.dataset_uri(LOG_DS)) if not n.startswith(".")]
 
-    def commits(self, space: str) -> list[Commit]:
-        """The space's committed transactions, oldest first (one small file each)."""
+    def commits(self, space: str, *, after: int = 0) -> list[Commit]:
+        """The space's committed transactions with txn > ``after``, oldest first (one small file each)."""
         folder = entity_folder(space)
-        names = [n for n in self.fs.list_names(self._log_uri(folder)) if n.endswith(".json")]
+        names = [n for n in self.fs.list_names(self._log_uri(folder)) if n.endswith(".json") and int(n[:-5]) > after]
         out = []
         for name in names:
             text = self.fs.read_text(f"{self._log_uri(folder)}/{name}")
             if text:
                 out.append(Commit.from_json(text))
         return sorted(out, key=lambda c: c.txn)
+
+    def commit(self, space: str, txn: int) -> Commit | None:
+        """The space's transaction ``txn``, or None."""
+        text = self.fs.read_text(f"{self._log_uri(entity_folder(space))}/{txn:012d}.json")
+        return Commit.from_json(text) if text else None
 
     def latest(self, folder: str) -> Commit | None:
         names = [n for n in self.fs.list_names(self._log_uri(folder)) if n.endswith(".json")]
@@ -333,11 +338,11 @@ class HistoryStore:
         if isinstance(at, int) or (isinstance(at, str) and at.lstrip("-").isdigit()):
             return int(at)
         if at.startswith("txn:"):
-            wanted = int(at[4:])
-            for c in self.commits(space):
-                if c.txn == wanted:
-                    return c.tnx
-            raise HistoryError(f"space {space!r} has no transaction {wanted}")
+            wanted = at[4:]
+            commit = self.commit(space, int(wanted)) if wanted.isdigit() else None
+            if commit is None:
+                raise HistoryError(f"space {space!r} has no transaction {wanted}")
+            return commit.tnx
         tags = self.tags(space)
         if at not in tags:
             raise HistoryError(f"space {space!r} has no tag {at!r} (tags: {', '.join(sorted(tags)) or 'none'})")
@@ -431,7 +436,14 @@ class TransactionHistoryResource(ConfigurableResource):
             out: dict[str, Any] = {}
             for space in sorted(spaces):
                 done = history_pg.published_last_i(conn, schema, space)
-                commits = [c for c in store.commits(space) if c.last_i > done]
+                with conn.cursor() as cur:
+                    cur.execute(
+                        """SELECT COALESCE(MAX((commit_json->>'txn')::int8), 0) FROM xyz_config.transactions
+                           WHERE space = %s AND "schema" = %s""",
+                        (space, schema),
+                    )
+                    done_txn = int(cur.fetchone()[0])
+                commits = [c for c in store.commits(space, after=done_txn) if c.last_i > done]
                 if not commits:
                     out[space] = {"rows": 0, "transactions": 0}
                     continue

@@ -225,3 +225,27 @@ def test_crash_after_the_commit_is_replayed_onto_head(
     write_table(spark, store.lake, {"A": (False, "z", 1)}, 3)
     assert record(store, spark, 3).txn == 3
     assert actions(store)[-1] == (3, "UPDATE", "A", True)
+
+
+def test_the_asset_checks_fail_on_a_corrupted_history(spark: SparkSession, store: HistoryStore) -> None:
+    from dataclasses import replace
+
+    from ngsi_assets.assets.transaction_history import check_results
+
+    write_table(spark, store.lake, {"A": (False, "x", 1)}, 1)
+    first = record(store, spark, 1)
+    assert {r.check_name: r.passed for r in check_results(store, [first])} == {
+        "puuid_chains_unbroken": True,
+        "uuids_unique": True,
+        "tnx_non_decreasing": True,
+    }
+    # A transaction 2 that repeats transaction 1's rows (same uuid, a CREATE inside the chain), with a
+    # tnx below transaction 1's.
+    rows = store.history(SPACE).withColumn("txn", F.lit(2).cast("long"))
+    store.lake.replace_folders(rows, "transaction_history", "txn", [2], subfolder=entity_folder(SPACE))
+    bad = replace(first, txn=2, tnx=first.tnx - 1)
+    store.fs.write_text(
+        f"{store.lake.folder_uri('transaction_log', entity_folder(SPACE))}/{2:012d}.json", bad.to_json()
+    )
+    results = {r.check_name: r.passed for r in check_results(store, [bad])}
+    assert results == {"puuid_chains_unbroken": False, "uuids_unique": False, "tnx_non_decreasing": False}
