@@ -50,6 +50,8 @@ from ngsi_assets.transforms.transaction_history import (
     last_updated_by,
     layer,
     number_changes,
+    partition_offsets,
+    sorted_for_numbering,
 )
 from resources.lake import LakeResource
 
@@ -270,9 +272,10 @@ class HistoryStore:
             current = self.spark.createDataFrame([], CURRENT)
         else:
             current = current_features(versions.where(F.col(BUCKET).isin(changed_buckets)), key_fields)
-        changed = last_updated_by(changes(head, current), messages).persist()
+        diffs = changes(head, current).persist()
+        persisted = [diffs]
         try:
-            counts = {int(r[0]): int(r[1]) for r in changed.groupBy("action").count().collect()}
+            counts = {int(r[0]): int(r[1]) for r in diffs.groupBy("action").count().collect()}
             total = sum(counts.values())
             if total == 0:
                 self._write_state(folder, {"head_txn": latest.txn if latest else 0, "signatures": now_sigs})
@@ -283,7 +286,13 @@ class HistoryStore:
                 ts = latest.ts  # the wall clock went back: keep tnx non-decreasing
             tnx = tnx_of(ts, txn)
             first_i = (latest.last_i if latest else 0) + 1
-            rows = number_changes(changed, first_i=first_i, tnx=tnx, ts=ts, txn=txn)
+            parts = min(int(self.spark.conf.get("spark.sql.shuffle.partitions", "8")), 1 + total // 50_000)
+            ordered = sorted_for_numbering(last_updated_by(diffs, messages), parts).persist()
+            persisted.append(ordered)
+            per_part = {int(r[0]): int(r[1]) for r in ordered.groupBy("_part").count().collect()}
+            rows = number_changes(
+                ordered, offsets=partition_offsets(per_part), first_i=first_i, tnx=tnx, ts=ts, txn=txn
+            )
             self.lake.replace_folders(rows, HISTORY_DS, TXN, [txn], subfolder=folder)
             written = self._history_rows(folder, [txn])
             global_id = 1 + max((c.id for c in (self.latest(f) for f in self.folders()) if c is not None), default=0)
@@ -309,7 +318,8 @@ class HistoryStore:
             self._write_state(folder, {"head_txn": txn, "signatures": now_sigs})
             return commit
         finally:
-            changed.unpersist()
+            for frame in persisted:
+                frame.unpersist()
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -320,13 +330,13 @@ class HistoryStore:
             raise HistoryError(f"no transaction history for space {space!r} (spaces: {known})")
         return folder
 
-    def history(self, space: str) -> DataFrame:
-        """Every history row of the space (HISTORY), committed transactions only."""
+    def history(self, space: str, txns: Sequence[int] | None = None) -> DataFrame:
+        """The history rows of the space (HISTORY): of every committed transaction, or of ``txns``."""
         folder = self.folder_of(space)
         latest = self.latest(folder)
         assert latest is not None  # folder_of checked
         # Rows of a transaction whose record is missing (a crash before the commit) are not history.
-        return self._history_rows(folder).where(F.col(TXN) <= F.lit(latest.txn))
+        return self._history_rows(folder, txns).where(F.col(TXN) <= F.lit(latest.txn))
 
     def head(self, space: str) -> DataFrame:
         return self._head(self.folder_of(space), None)
@@ -447,7 +457,7 @@ class TransactionHistoryResource(ConfigurableResource):
                 if not commits:
                     out[space] = {"rows": 0, "transactions": 0}
                     continue
-                rows = store.history(space).where(F.col("i") > done)
+                rows = store.history(space, [c.txn for c in commits]).where(F.col("i") > done)
                 n = sum(c.last_i - max(c.first_i, done + 1) + 1 for c in commits)
                 parts = max(1, min(64, -(-n // rows_per_partition)))
                 features = feature_rows(rows).repartition(parts, "id")

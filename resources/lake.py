@@ -60,7 +60,7 @@ class _Fs:
             raise OSError(f"could not rename {src} to {dst}")
 
     def write_text(self, uri: str, text: str) -> None:
-        """Write a small file whole: written beside it first, then renamed into place (replacing it)."""
+        """Write a small file whole: written beside it first, then renamed over it."""
         fs = self._fs(uri)
         tmp = f"{uri}.{uuid.uuid4().hex}.tmp"
         out = fs.create(self._path(tmp), True)
@@ -68,9 +68,17 @@ class _Fs:
             out.write(bytearray(text.encode("utf-8")))
         finally:
             out.close()
-        if fs.exists(self._path(uri)):
-            fs.delete(self._path(uri), False)
-        self.rename(tmp, uri)
+        # FileContext can rename over an existing file in one step (a POSIX rename on a local lake), so a
+        # reader or a crash sees the old text or the new, never no file.
+        jvm = self.spark._jvm
+        context = jvm.org.apache.hadoop.fs.FileContext.getFileContext(
+            self._path(uri).toUri(), self.spark._jsc.hadoopConfiguration()
+        )
+        rename = jvm.org.apache.hadoop.fs.Options.Rename
+        options = self.spark.sparkContext._gateway.new_array(rename, 1)
+        options[0] = rename.OVERWRITE
+        fs.mkdirs(self._path(uri).getParent())
+        context.rename(self._path(tmp), self._path(uri), options)
 
     def read_text(self, uri: str) -> str | None:
         """A small file's text, or None when it does not exist."""

@@ -172,27 +172,52 @@ def changes(head: DataFrame, current: DataFrame) -> DataFrame:
     )
 
 
-def number_changes(changed: DataFrame, *, first_i: int, tnx: int, ts: datetime, txn: int) -> DataFrame:
-    """HISTORY rows for one transaction: ``i`` from ``first_i`` upwards in id order, uuid from (tnx, i).
+def sorted_for_numbering(changed: DataFrame, partitions: int) -> DataFrame:
+    """``changed`` range-partitioned and sorted by (id, guid), with ``_part`` (its partition) and ``_pos``
+    (its position in the partition), from which ``number_changes`` derives contiguous ``i`` values.
 
-    ``changed`` is ``changes`` joined with a ``last_updated_by`` column. The numbering is distributed
-    (``zipWithIndex`` over the id-sorted rows): nothing is collected.
+    Persist the result before counting it per ``_part``: the numbering must see the same partitions.
     """
-    ordered = changed.orderBy("id", "guid")
-    indexed = ordered.rdd.zipWithIndex().map(lambda pair: (*pair[0], pair[1]))
-    numbered = ordered.sparkSession.createDataFrame(
-        indexed, StructType([*ordered.schema.fields, StructField("_n", LongType(), False)])
+    mono = F.monotonically_increasing_id()  # (partition index << 33) + position, in sorted order
+    return (
+        changed.repartitionByRange(max(1, partitions), "id", "guid")
+        .sortWithinPartitions("id", "guid")
+        .withColumn("_mono", mono)
+        .withColumn("_part", F.shiftright(F.col("_mono"), 33))
+        .withColumn("_pos", F.col("_mono").bitwiseAND(F.lit((1 << 33) - 1)))
+        .drop("_mono")
     )
-    i = F.col("_n") + F.lit(first_i)
+
+
+def partition_offsets(counts: dict[int, int]) -> dict[int, int]:
+    """Rows per ``_part`` -> the number of rows in the partitions before each."""
+    offsets, total = {}, 0
+    for part in sorted(counts):
+        offsets[part] = total
+        total += counts[part]
+    return offsets
+
+
+def number_changes(
+    ordered: DataFrame, *, offsets: dict[int, int], first_i: int, tnx: int, ts: datetime, txn: int
+) -> DataFrame:
+    """HISTORY rows for one transaction: ``i`` from ``first_i`` upwards in (id, guid) order, uuid from (tnx, i).
+
+    ``ordered`` comes from ``sorted_for_numbering`` over ``changes`` with a ``last_updated_by`` column;
+    ``offsets`` from ``partition_offsets`` of its row count per ``_part`` (one number per partition is
+    all that reaches the driver).
+    """
+    offset_of = F.create_map(*[x for part, off in sorted(offsets.items()) for x in (F.lit(part), F.lit(off))])
+    i = (F.lit(first_i) + F.element_at(offset_of, F.col("_part")) + F.col("_pos")).cast("long")
     ts_col = F.lit(ts).cast("timestamp")
     created = F.when(F.col("created_at").isNull(), ts_col).otherwise(F.col("created_at"))
-    return numbered.select(
-        i.cast("long").alias("i"),
+    return ordered.select(
+        i.alias("i"),
         F.col("action").cast("int").alias("action"),
         F.lit(tnx).cast("long").alias("tnx"),
         ts_col.alias("ts"),
         F.col("id"),
-        uuid_column(F.lit(tnx).cast("long"), i.cast("long")).alias("uuid"),
+        uuid_column(F.lit(tnx).cast("long"), i).alias("uuid"),
         F.col("puuid"),
         F.col("last_updated_by"),
         created.alias("created_at"),
