@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -38,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.machine import describe_machine  # noqa: E402
+from benchmarks.machine import describe_machine, write_results  # noqa: E402
 
 BEGIN, END = "<!-- bench_history:begin -->", "<!-- bench_history:end -->"
 SPACE = "bench_item"
@@ -339,16 +338,6 @@ def render(r: dict[str, Any], args: argparse.Namespace, load_before: tuple, load
     return "\n".join(lines)
 
 
-def write_results(block: str) -> None:
-    path = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
-    text = path.read_text()
-    if BEGIN in text and END in text:
-        text = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _m: block, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n## Transaction history\n\n" + block + "\n"
-    path.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=100_000)
@@ -369,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     block = render(result, args, load_before, os.getloadavg())
     print(block)
     if args.write_results:
-        write_results(block)
+        write_results(block, BEGIN, END, "Transaction history")
     return 0
 
 

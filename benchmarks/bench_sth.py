@@ -16,7 +16,6 @@ asserts a time.
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.machine import describe_machine  # noqa: E402
+from benchmarks.machine import describe_machine, write_results  # noqa: E402
 
 BEGIN, END = "<!-- bench_sth:begin -->", "<!-- bench_sth:end -->"
 HOUR_MS = 3_600_000
@@ -138,16 +137,6 @@ def render(r: dict[str, object]) -> str:
     )
 
 
-def write_results(block: str) -> None:
-    path = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
-    text = path.read_text()
-    if BEGIN in text and END in text:
-        text = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _m: block, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n## STH aggregates\n\n" + block + "\n"
-    path.write_text(text)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--updates", type=int, default=1_000_000)
@@ -162,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     print(block)
     print(result)
     if args.write_results:
-        write_results(block)
+        write_results(block, BEGIN, END, "STH aggregates")
     return 0
 
 

@@ -28,3 +28,17 @@ def describe_machine() -> str:
         f"{cpu}, {os.cpu_count()} cores, {mem_gib:.0f} GiB, {platform.system()} {platform.release()}, "
         f"Python {platform.python_version()}, {java}"
     )
+
+
+def write_results(block: str, begin: str, end: str, section: str) -> None:
+    """Replace the ``begin``..``end`` block of BENCHMARKS.md with ``block`` (or append it under ``section``)."""
+    import re
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
+    text = path.read_text()
+    if begin in text and end in text:
+        text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _m: block, text, flags=re.S)
+    else:
+        text = text.rstrip("\n") + f"\n\n## {section}\n\n" + block + "\n"
+    path.write_text(text)

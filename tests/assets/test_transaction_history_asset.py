@@ -34,6 +34,17 @@ SCHEMA = {
 }
 
 
+def _resources(tmp_path: Path, history: TransactionHistoryResource) -> dict[str, Any]:
+    schema_file = tmp_path / "schema.yaml"
+    schema_file.write_text(yaml.safe_dump(SCHEMA))
+    return {
+        "spark": LazyPySparkResource(spark_config=default_spark_config("local[2]", shuffle_partitions=4, ui=False)),
+        "lake": LakeResource(root=str(tmp_path / "lake")),
+        "versioning": VersioningResource(schema_path=str(schema_file), buckets=2),
+        "history": history,
+    }
+
+
 def _run(resources: dict[str, Any], instance: DagsterInstance, hour: str) -> dict[str, Any]:
     result = materialize(
         [versioned_entities, transaction_history], partition_key=hour, resources=resources, instance=instance
@@ -61,15 +72,8 @@ def _pg(url: str, query: str, params: tuple = ()) -> list[tuple]:
 def test_asset_commits_publishes_and_reruns_idempotently(
     spark: SparkSession, tmp_path: Path, postgres_db_url: str
 ) -> None:
-    schema_file = tmp_path / "schema.yaml"
-    schema_file.write_text(yaml.safe_dump(SCHEMA))
-    lake = LakeResource(root=str(tmp_path / "lake"))
-    resources = {
-        "spark": LazyPySparkResource(spark_config=default_spark_config("local[2]", shuffle_partitions=4, ui=False)),
-        "lake": lake,
-        "versioning": VersioningResource(schema_path=str(schema_file), buckets=2),
-        "history": TransactionHistoryResource(postgres_url=postgres_db_url, schema_name="hist"),
-    }
+    resources = _resources(tmp_path, TransactionHistoryResource(postgres_url=postgres_db_url, schema_name="hist"))
+    lake = resources["lake"]
     instance = DagsterInstance.ephemeral()
     store_messages(
         spark,
@@ -129,15 +133,8 @@ def test_asset_commits_publishes_and_reruns_idempotently(
 
 def test_asset_without_postgres_keeps_the_lake_history(spark: SparkSession, tmp_path: Path) -> None:
     space = "product"
-    schema_file = tmp_path / "schema.yaml"
-    schema_file.write_text(yaml.safe_dump(SCHEMA))
-    lake = LakeResource(root=str(tmp_path / "lake"))
-    resources = {
-        "spark": LazyPySparkResource(spark_config=default_spark_config("local[2]", shuffle_partitions=4, ui=False)),
-        "lake": lake,
-        "versioning": VersioningResource(schema_path=str(schema_file), buckets=2),
-        "history": TransactionHistoryResource(),
-    }
+    resources = _resources(tmp_path, TransactionHistoryResource())
+    lake = resources["lake"]
     store_messages(spark, lake, [Msg("m1", space, "2026-03-01T09:00:00", [{"sku": "A", "name": "x"}], H1)])
     out = _run(resources, DagsterInstance.ephemeral(), H1)
     assert out["meta"]["published"] == {"skipped": "no PostgreSQL configured"}
