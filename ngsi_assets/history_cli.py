@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from datetime import datetime
@@ -104,7 +105,16 @@ def run(args: argparse.Namespace) -> int:
     builder = SparkSession.builder
     for k, v in default_spark_config(ui=False).items():
         builder = builder.config(k, str(v))
-    spark = builder.getOrCreate()
+    # The JVM inherits file descriptor 1 when it starts, and its logging writes there: give it stderr,
+    # so stdout carries only the JSON lines.
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
     spark.sparkContext.setLogLevel("ERROR")
     store = HistoryStore(spark, LakeResource(root=args.lake_root or settings.lake_root()))
     try:

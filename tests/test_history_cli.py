@@ -81,3 +81,19 @@ def test_errors_name_the_problem(lake_root: str, capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit):
         main(["history", "--lake-root", lake_root, "show", SPACE, "--time", "2026-05-01T08:00:00"])
     assert "has no zone" in capsys.readouterr().err
+
+
+def test_a_real_process_writes_only_json_lines_to_stdout(lake_root: str) -> None:
+    """The JVM's own log lines (log4j writes to the stdout it inherits) must not end up among the JSON lines."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ngsi_assets.cli", "history", "--lake-root", lake_root, "spaces"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [json.loads(line)["space"] for line in done.stdout.splitlines()] == [SPACE]
