@@ -23,8 +23,6 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
-ACTIONS = ("spaces", "log", "show", "feature", "diff", "tag", "untag", "tags", "layer")
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -130,15 +128,12 @@ def _answer(store: Any, args: argparse.Namespace) -> int:
 
     a = args.action
     if a == "spaces":
-        rows = []
-        for space, folder in sorted(store.spaces().items()):
-            c = store.latest(folder)
-            rows.append(
-                {"space": space, "transactions": c.txn, "tnx": c.tnx, "ts": c.ts.isoformat(), "last_i": c.last_i}
-            )
-        _emit(rows)
+        _emit(
+            {"space": space, "transactions": c.txn, "tnx": c.tnx, "ts": c.ts.isoformat(), "last_i": c.last_i}
+            for space, c in sorted(store.newest().items())
+        )
     elif a == "log":
-        _emit({**c.__dict__, "ts": c.ts.isoformat()} for c in store.commits(args.space))
+        _emit(c.as_dict() for c in store.commits(args.space))
     elif a == "show":
         state = store.state(args.space, at=args.at, ts=args.time, ids=args.id)
         if args.live:

@@ -39,6 +39,7 @@ from ngsi_assets.ngsi.entity_schema import entity_folder
 from ngsi_assets.ngsi.transactions import Action, tnx_of
 from ngsi_assets.transforms.transaction_history import (
     BUCKET,
+    CURRENT,
     HEAD,
     HISTORY,
     TXN,
@@ -82,9 +83,12 @@ class Commit:
     commit_msg: str
     commit_json: dict[str, Any]
 
+    def as_dict(self) -> dict[str, Any]:
+        """The record as plain JSON values (ts in ISO 8601, UTC)."""
+        return {**self.__dict__, "ts": self.ts.astimezone(UTC).isoformat()}
+
     def to_json(self) -> str:
-        d = {**self.__dict__, "ts": self.ts.astimezone(UTC).isoformat()}
-        return json.dumps(d, sort_keys=True)
+        return json.dumps(self.as_dict(), sort_keys=True)
 
     @staticmethod
     def from_json(text: str) -> Commit:
@@ -191,14 +195,18 @@ class HistoryStore:
         text = self.fs.read_text(f"{self._log_uri(folder)}/{max(names)}")
         return Commit.from_json(text) if text else None
 
-    def spaces(self) -> dict[str, str]:
-        """Space name -> lake folder, for every space with a committed transaction."""
+    def newest(self) -> dict[str, Commit]:
+        """Space name -> its newest committed transaction, for every space with one."""
         out = {}
         for folder in self.folders():
             commit = self.latest(folder)
             if commit is not None:
-                out[commit.space] = folder
+                out[commit.space] = commit
         return out
+
+    def spaces(self) -> dict[str, str]:
+        """Space name -> lake folder, for every space with a committed transaction."""
+        return {space: entity_folder(space) for space in self.newest()}
 
     def transactions(self) -> list[Commit]:
         """Every committed transaction of every space, in global id order."""
@@ -267,11 +275,9 @@ class HistoryStore:
         versions = self.lake.read_folders(self.spark, VERSIONS_DS, BUCKET, changed_buckets, subfolder=folder)
         head = self._head(folder, changed_buckets)
         if versions is None:
-            from ngsi_assets.transforms.transaction_history import CURRENT
-
             current = self.spark.createDataFrame([], CURRENT)
         else:
-            current = current_features(versions.where(F.col(BUCKET).isin(changed_buckets)), key_fields)
+            current = current_features(versions, key_fields)
         diffs = changes(head, current).persist()
         persisted = [diffs]
         try:
@@ -323,18 +329,21 @@ class HistoryStore:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def folder_of(self, space: str) -> str:
+    def _committed(self, space: str) -> tuple[str, Commit]:
+        """The space's lake folder and newest transaction; HistoryError for a space without history."""
         folder = entity_folder(space)
-        if self.latest(folder) is None:
+        latest = self.latest(folder)
+        if latest is None:
             known = ", ".join(sorted(self.spaces())) or "none"
             raise HistoryError(f"no transaction history for space {space!r} (spaces: {known})")
-        return folder
+        return folder, latest
+
+    def folder_of(self, space: str) -> str:
+        return self._committed(space)[0]
 
     def history(self, space: str, txns: Sequence[int] | None = None) -> DataFrame:
         """The history rows of the space (HISTORY): of every committed transaction, or of ``txns``."""
-        folder = self.folder_of(space)
-        latest = self.latest(folder)
-        assert latest is not None  # folder_of checked
+        folder, latest = self._committed(space)
         # Rows of a transaction whose record is missing (a crash before the commit) are not history.
         return self._history_rows(folder, txns).where(F.col(TXN) <= F.lit(latest.txn))
 

@@ -53,6 +53,7 @@ import psycopg2.extensions
 from psycopg2 import sql
 
 from ngsi_assets.sinks.sql_writer import _csv_field
+from ngsi_assets.transforms.history_publication import OUTPUT_COLUMNS
 
 CONFIG_SCHEMA = "xyz_config"
 HISTORY_SUFFIX = "_hst"
@@ -68,7 +69,7 @@ _DDL_LOCK = "ngsi-xyz-history-ddl"
 _HEAD_LOCK = "ngsi-xyz-history-head:"
 
 # Columns of a published row, in COPY order (the lake's last_updated_by is the seed's lastUpdatedBy).
-ROW_COLUMNS = ("i", "action", "tnx", "ts", "id", "uuid", "puuid", "last_updated_by", "jsondata")
+ROW_COLUMNS = OUTPUT_COLUMNS  # what feature_rows gives the executors to publish
 _TABLE_COLUMNS = ("i", "action", "tnx", "ts", "id", "uuid", "puuid", "lastupdatedby", "jsondata")
 TRANSACTION_KEYS = ("i", "id", "tnx", "schema", "table", "ts", "space", "commit_msg", "commit_json")
 TAG_KEYS = ("name", "tnx", "ts")  # message is optional
