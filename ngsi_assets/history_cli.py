@@ -101,7 +101,10 @@ def run(args: argparse.Namespace) -> int:
     from resources.spark import default_spark_config
 
     builder = SparkSession.builder
-    for k, v in default_spark_config(ui=False).items():
+    conf = default_spark_config(ui=False)
+    if "spark.remote" not in conf:
+        conf["spark.log.level"] = "ERROR"  # the driver is this process: keep its stderr to errors
+    for k, v in conf.items():
         builder = builder.config(k, str(v))
     # The JVM inherits file descriptor 1 when it starts, and its logging writes there: give it stderr,
     # so stdout carries only the JSON lines.
@@ -113,7 +116,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         os.dup2(saved, 1)
         os.close(saved)
-    spark.sparkContext.setLogLevel("ERROR")
     store = HistoryStore(spark, LakeResource(root=args.lake_root or settings.lake_root()))
     try:
         return _answer(store, args)

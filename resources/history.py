@@ -129,7 +129,7 @@ class HistoryStore:
     ) -> None:
         self.spark = spark
         self.lake = lake
-        self.fs = lake.files(spark)
+        self.fs = lake.files()
         self.schema = schema
         self.clock = clock
 
@@ -441,6 +441,7 @@ class TransactionHistoryResource(ConfigurableResource):
         redone (rows are inserted idempotently) by the next one. Rows go from the executors.
         """
         from ngsi_assets.sinks import history_pg
+        from ngsi_assets.sinks.executors import on_each_partition
         from ngsi_assets.transforms.history_publication import feature_rows
 
         if not self.postgres_url:
@@ -470,9 +471,9 @@ class TransactionHistoryResource(ConfigurableResource):
                 n = sum(c.last_i - max(c.first_i, done + 1) + 1 for c in commits)
                 parts = max(1, min(64, -(-n // rows_per_partition)))
                 features = feature_rows(rows).repartition(parts, "id")
-                stats = features.rdd.mapPartitions(
-                    lambda it, space=space: history_pg.publish_partition(it, url, schema, space)
-                ).collect()  # one small dict per partition
+                stats = on_each_partition(  # one small dict per partition
+                    features, lambda it, space=space: history_pg.publish_partition(it, url, schema, space)
+                )
                 inserted = history_pg.publish_transactions(
                     conn,
                     [

@@ -1,8 +1,9 @@
 """The lake: Parquet datasets under one root, partitioned by hour, replaced partition by partition.
 
 Layout: ``<root>/<dataset>/dt=YYYY-MM-DD-HH/part-*.parquet``. The root is a local folder by default
-and any Hadoop-supported URI at scale (``s3a://bucket/lake``); all file operations go through
-Spark's Hadoop FileSystem so both behave the same.
+and an object-store or HDFS URI at scale (``s3a://bucket/lake``). Spark reads and writes the
+Parquet; the few file operations around it (listing hours, swapping folders, small JSON records) go
+through ``pyarrow.fs``, never through the Spark driver, so they work through Spark Connect too.
 
 Writing replaces exactly the hours a run was asked for, including hours that now have no rows, so
 rerunning a partition leaves the dataset exactly as running it once.
@@ -10,9 +11,12 @@ rerunning a partition leaves the dataset exactly as running it once.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import pyarrow.fs as pafs
 
 from dagster import ConfigurableResource
 from pydantic import Field
@@ -35,105 +39,130 @@ def dt_to_key(dt: str) -> str:
     return dt + ":00"
 
 
-@dataclass(frozen=True)
-class _Fs:
-    spark: SparkSession
+class LakeFiles:
+    """File operations on the lake through ``pyarrow.fs``, for local folders and object stores alike.
 
-    def _path(self, uri: str):  # py4j objects have no Python type
-        return self.spark._jvm.org.apache.hadoop.fs.Path(uri)
+    A path without a scheme is a local path; ``s3a://`` (Hadoop's name, which Spark needs) is read as
+    ``s3://``; ``gs://``, ``hdfs://``, ``abfs://`` and ``file://`` are pyarrow's own. Nothing here goes
+    through Spark's driver, so it works the same with a local session, a cluster or Spark Connect
+    (the process calling it must see the lake under the same URI as Spark does).
+    """
 
-    def _fs(self, uri: str):
-        return self._path(uri).getFileSystem(self.spark._jsc.hadoopConfiguration())
+    def __init__(self) -> None:
+        self._filesystems: dict[str, pafs.FileSystem] = {}
+
+    def _resolve(self, uri: str) -> tuple[pafs.FileSystem, str]:
+        scheme, sep, rest = uri.partition("://")
+        if not sep:
+            return self._filesystem("", uri), os.path.abspath(uri)
+        if scheme == "file":
+            return self._filesystem("", rest), rest
+        if scheme == "s3a":
+            scheme = "s3"
+        return self._filesystem(scheme, uri), f"{rest}"
+
+    def _filesystem(self, scheme: str, uri: str) -> pafs.FileSystem:
+        if not scheme:
+            key = ""
+        else:
+            # One filesystem per scheme and bucket/authority: credentials and endpoints are per store.
+            key = scheme + "://" + uri.partition("://")[2].split("/", 1)[0]
+        fs = self._filesystems.get(key)
+        if fs is None:
+            if not scheme:
+                fs = pafs.LocalFileSystem()
+            else:
+                fs, _ = pafs.FileSystem.from_uri(scheme + "://" + uri.partition("://")[2])
+            self._filesystems[key] = fs
+        return fs
+
+    def _info(self, uri: str) -> pafs.FileInfo:
+        fs, path = self._resolve(uri)
+        return fs.get_file_info(path)
 
     def exists(self, uri: str) -> bool:
-        return bool(self._fs(uri).exists(self._path(uri)))
+        return self._info(uri).type != pafs.FileType.NotFound
 
     def delete(self, uri: str) -> None:
-        fs = self._fs(uri)
-        if fs.exists(self._path(uri)):
-            fs.delete(self._path(uri), True)
+        fs, path = self._resolve(uri)
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.Directory:
+            fs.delete_dir(path)
+        elif info.type != pafs.FileType.NotFound:
+            fs.delete_file(path)
+
+    def _mkdirs(self, fs: pafs.FileSystem, path: str) -> None:
+        parent = path.rstrip("/").rsplit("/", 1)[0]
+        if parent:
+            fs.create_dir(parent, recursive=True)
 
     def rename(self, src: str, dst: str) -> None:
-        fs = self._fs(src)
-        fs.mkdirs(self._path(dst).getParent())
-        if not fs.rename(self._path(src), self._path(dst)):
-            raise OSError(f"could not rename {src} to {dst}")
+        fs, src_path = self._resolve(src)
+        _, dst_path = self._resolve(dst)
+        if fs.get_file_info(dst_path).type != pafs.FileType.NotFound:
+            raise OSError(f"could not rename {src} to {dst}: the target exists")
+        self._mkdirs(fs, dst_path)
+        fs.move(src_path, dst_path)
 
     def write_text(self, uri: str, text: str) -> None:
-        """Write a small file whole: written beside it first, then renamed over it."""
-        fs = self._fs(uri)
-        tmp = f"{uri}.{uuid.uuid4().hex}.tmp"
-        out = fs.create(self._path(tmp), True)
-        try:
-            out.write(bytearray(text.encode("utf-8")))
-        finally:
-            out.close()
-        # FileContext can rename over an existing file in one step (a POSIX rename on a local lake), so a
-        # reader or a crash sees the old text or the new, never no file.
-        jvm = self.spark._jvm
-        context = jvm.org.apache.hadoop.fs.FileContext.getFileContext(
-            self._path(uri).toUri(), self.spark._jsc.hadoopConfiguration()
-        )
-        rename = jvm.org.apache.hadoop.fs.Options.Rename
-        options = self.spark.sparkContext._gateway.new_array(rename, 1)
-        options[0] = rename.OVERWRITE
-        fs.mkdirs(self._path(uri).getParent())
-        context.rename(self._path(tmp), self._path(uri), options)
+        """Write a small file whole: written beside it first, then moved over it.
+
+        On a local or HDFS lake the move is a rename that replaces the old file in one step, so a reader
+        or a crash sees the old text or the new, never no file (object stores copy, then delete).
+        """
+        fs, path = self._resolve(uri)
+        self._mkdirs(fs, path)
+        tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+        with fs.open_output_stream(tmp) as out:
+            out.write(text.encode("utf-8"))
+        fs.move(tmp, path)
 
     def read_text(self, uri: str) -> str | None:
         """A small file's text, or None when it does not exist."""
-        fs = self._fs(uri)
-        if not fs.exists(self._path(uri)):
-            return None
-        stream = fs.open(self._path(uri))
+        fs, path = self._resolve(uri)
         try:
-            jvm = self.spark._jvm
-            return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-        finally:
-            stream.close()
+            with fs.open_input_stream(path) as stream:
+                return stream.read().decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def _children(self, uri: str, recursive: bool = False) -> list[pafs.FileInfo]:
+        fs, path = self._resolve(uri)
+        return fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=recursive))
 
     def list_names(self, uri: str) -> list[str]:
         """The names directly under a folder (empty when it does not exist)."""
-        fs = self._fs(uri)
-        if not fs.exists(self._path(uri)):
-            return []
-        return sorted(str(st.getPath().getName()) for st in fs.listStatus(self._path(uri)))
+        return sorted(info.base_name for info in self._children(uri))
 
     def file_signatures(self, uri: str, column: str) -> dict[str, str]:
         """Per ``column=value`` folder under ``uri``: a digest of its files' names, sizes and times.
 
         A folder rewritten by ``replace_folders`` gets new file names, so its digest changes.
         """
-        import hashlib
-
-        fs = self._fs(uri)
         out: dict[str, str] = {}
         prefix = column + "="
-        if not fs.exists(self._path(uri)):
-            return out
-        for st in fs.listStatus(self._path(uri)):
-            name = str(st.getPath().getName())
-            if not (st.isDirectory() and name.startswith(prefix)):
+        for folder in self._children(uri):
+            if folder.type != pafs.FileType.Directory or not folder.base_name.startswith(prefix):
                 continue
-            files = fs.listFiles(st.getPath(), True)
-            parts = []
-            while files.hasNext():
-                f = files.next()
-                parts.append(f"{f.getPath().getName()}:{f.getLen()}:{f.getModificationTime()}")
-            out[name[len(prefix) :]] = hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()
+            parts = [
+                f"{f.base_name}:{f.size}:{f.mtime_ns // 1_000_000}"
+                for f in self._children(f"{uri.rstrip('/')}/{folder.base_name}", recursive=True)
+                if f.type == pafs.FileType.File
+            ]
+            out[folder.base_name[len(prefix) :]] = hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()
         return out
 
     def list_partition_values(self, uri: str, column: str = PARTITION_COLUMN) -> list[str]:
-        fs = self._fs(uri)
-        path = self._path(uri)
-        if not fs.exists(path):
-            return []
         prefix = column + "="
         return [
-            st.getPath().getName()[len(prefix) :]
-            for st in fs.listStatus(path)
-            if st.isDirectory() and st.getPath().getName().startswith(prefix)
+            info.base_name[len(prefix) :]
+            for info in self._children(uri)
+            if info.type == pafs.FileType.Directory and info.base_name.startswith(prefix)
         ]
+
+
+# One per process: it only caches filesystem clients, which are safe to share.
+_FILES = LakeFiles()
 
 
 class LakeResource(ConfigurableResource):
@@ -141,14 +170,20 @@ class LakeResource(ConfigurableResource):
 
     root: str = Field(description="Folder or Hadoop URI under which every dataset lives.")
 
-    def files(self, spark: SparkSession) -> _Fs:
-        """File operations on the lake (through Hadoop's FileSystem, so local folders and URIs alike)."""
-        return _Fs(spark)
+    def files(self) -> LakeFiles:
+        """File operations on the lake (local folders and object-store URIs alike)."""
+        return _FILES
+
+    @property
+    def root_uri(self) -> str:
+        """The root as Spark and every process must name it: a local folder made absolute (a Spark
+        Connect server or a cluster's executors resolve relative paths against their own folder)."""
+        return self.root.rstrip("/") if "://" in self.root else os.path.abspath(self.root)
 
     def dataset_uri(self, dataset: str) -> str:
         if not dataset or "/" in dataset or dataset.startswith((".", "_")):
             raise ValueError(f"bad dataset name {dataset!r}")
-        return f"{self.root.rstrip('/')}/{dataset}"
+        return f"{self.root_uri}/{dataset}"
 
     def partition_uri(self, dataset: str, partition_key: str) -> str:
         return f"{self.dataset_uri(dataset)}/{PARTITION_COLUMN}={key_to_dt(partition_key)}"
@@ -169,7 +204,7 @@ class LakeResource(ConfigurableResource):
             if PARTITION_COLUMN in schema.fieldNames()
             else StructType([*schema.fields, StructField(PARTITION_COLUMN, StringType())])
         )
-        fs = _Fs(spark)
+        fs = self.files()
         uri = self.dataset_uri(dataset)
         # Name the hour folders wanted rather than filter the dataset: Spark lists every file under
         # the paths it is given, and a run of one hour should not list the whole history.
@@ -217,7 +252,7 @@ class LakeResource(ConfigurableResource):
         With ``schema`` (which must include ``column``) the rows are read with it, else the Parquet
         schemas are merged (tables whose columns grow). None when no such folder exists.
         """
-        fs = _Fs(spark)
+        fs = self.files()
         base = self.folder_uri(dataset, subfolder)
         if values is None:
             paths = [base] if fs.exists(base) else []
@@ -243,12 +278,11 @@ class LakeResource(ConfigurableResource):
 
         Staged, then swapped folder by folder (see ``replace_partitions``). Rows for other values raise.
         """
-        spark = df.sparkSession
-        fs = _Fs(spark)
+        fs = self.files()
         wanted = sorted({str(v) for v in values})
         if not wanted:
             return
-        staging = f"{self.root.rstrip('/')}/{STAGING}/{dataset}/{uuid.uuid4().hex}"
+        staging = f"{self.root_uri}/{STAGING}/{dataset}/{uuid.uuid4().hex}"
         writer = df.write.mode("overwrite").partitionBy(column)
         for name in no_dictionary:
             writer = writer.option(f"parquet.enable.dictionary#{name}", "false")

@@ -20,7 +20,7 @@ class LandingZoneResource(ConfigurableResource):
 
     def segments(self, partition_keys: Sequence[str] | None = None) -> list[SegmentInfo]:
         """Segments of the given hours (all hours when None), in hour then creation order."""
-        found = list_segments(Path(self.root))
+        found = list_segments(Path(self.root).resolve())  # absolute: Spark may run in another folder
         if partition_keys is None:
             return found
         wanted = set(partition_keys)

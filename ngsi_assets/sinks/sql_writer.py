@@ -566,6 +566,8 @@ def write_dataframe(rows: Any, job: WriteJob, order: Sequence[str], partitions: 
     """
     from pyspark.sql import functions as F
 
+    from ngsi_assets.sinks.executors import on_each_partition
+
     n = partitions or int(rows.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     shaped = rows.repartition(n, F.col("db"), F.col("table")).sortWithinPartitions(*order)
-    return shaped.rdd.mapPartitions(lambda part: iter(write_rows(part, job))).collect()
+    return on_each_partition(shaped, lambda part: write_rows(part, job))

@@ -23,6 +23,7 @@ from pymongo.errors import AutoReconnect, BulkWriteError, ConnectionFailure, Net
 from pyspark.sql import DataFrame
 
 from ngsi_assets.ngsi.sth_config import DataModel, STHConfig
+from ngsi_assets.sinks.executors import on_each_partition
 from ngsi_assets.ngsi.sth_naming import (
     AGGR_SUFFIX,
     encode_collection_new,
@@ -151,15 +152,19 @@ def write_partition(rows: Iterable[Any], url: str, config: STHConfig) -> Iterato
 def publish_documents(documents: DataFrame, url: str, config: STHConfig) -> dict[tuple[str, str], tuple[int, int]]:
     """Replace or delete ``documents`` (rows of ``build_documents``) in MongoDB, from the executors.
 
-    Returns (documents replaced, documents deleted) per (database, collection): one small row per
-    collection touched, summed on the executors before reaching the driver.
+    Returns (documents replaced, documents deleted) per (database, collection): each partition reports
+    one small row per collection it touched, summed here.
     """
     todo = documents.where(documents["action"].isin(ACTION_UPSERT, ACTION_DELETE)).sortWithinPartitions(
         "database", "collection"
     )
-    counted = todo.rdd.mapPartitions(lambda rows: write_partition(rows, url, config))
-    summed = counted.map(lambda r: ((r[0], r[1]), (r[2], r[3]))).reduceByKey(lambda a, b: (a[0] + b[0], a[1] + b[1]))
-    return dict(summed.collect())
+    summed: dict[tuple[str, str], tuple[int, int]] = {}
+    for database, collection, replaced, deleted in on_each_partition(
+        todo, lambda rows: write_partition(rows, url, config)
+    ):
+        before = summed.get((database, collection), (0, 0))
+        summed[(database, collection)] = (before[0] + replaced, before[1] + deleted)
+    return summed
 
 
 def database_prefix(config: STHConfig) -> str:
