@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Sequence
 
 import pyarrow.fs as pafs
-
 from dagster import ConfigurableResource
 from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
@@ -49,32 +48,26 @@ class LakeFiles:
     """
 
     def __init__(self) -> None:
+        self._local = pafs.LocalFileSystem()
         self._filesystems: dict[str, pafs.FileSystem] = {}
 
     def _resolve(self, uri: str) -> tuple[pafs.FileSystem, str]:
+        """The filesystem of ``uri`` and the path in it."""
         scheme, sep, rest = uri.partition("://")
         if not sep:
-            return self._filesystem("", uri), os.path.abspath(uri)
+            return self._local, os.path.abspath(uri)
         if scheme == "file":
-            return self._filesystem("", rest), rest
-        if scheme == "s3a":
-            scheme = "s3"
-        return self._filesystem(scheme, uri), f"{rest}"
-
-    def _filesystem(self, scheme: str, uri: str) -> pafs.FileSystem:
-        if not scheme:
-            key = ""
-        else:
-            # One filesystem per scheme and bucket/authority: credentials and endpoints are per store.
-            key = scheme + "://" + uri.partition("://")[2].split("/", 1)[0]
+            return self._local, rest
+        scheme = "s3" if scheme == "s3a" else scheme
+        authority, _, path = rest.partition("/")
+        # One client per store (bucket or name node): credentials and endpoints are per store.
+        key = f"{scheme}://{authority}"
         fs = self._filesystems.get(key)
         if fs is None:
-            if not scheme:
-                fs = pafs.LocalFileSystem()
-            else:
-                fs, _ = pafs.FileSystem.from_uri(scheme + "://" + uri.partition("://")[2])
+            fs, _ = pafs.FileSystem.from_uri(f"{key}/{path}")
             self._filesystems[key] = fs
-        return fs
+        # HDFS paths start after the name node; object-store paths start with the bucket.
+        return fs, ("/" + path if scheme in ("hdfs", "viewfs") else rest)
 
     def _info(self, uri: str) -> pafs.FileInfo:
         fs, path = self._resolve(uri)

@@ -23,7 +23,6 @@ from pymongo.errors import AutoReconnect, BulkWriteError, ConnectionFailure, Net
 from pyspark.sql import DataFrame
 
 from ngsi_assets.ngsi.sth_config import DataModel, STHConfig
-from ngsi_assets.sinks.executors import on_each_partition
 from ngsi_assets.ngsi.sth_naming import (
     AGGR_SUFFIX,
     encode_collection_new,
@@ -32,6 +31,7 @@ from ngsi_assets.ngsi.sth_naming import (
     encode_database_old,
     id_fields,
 )
+from ngsi_assets.sinks.executors import on_each_partition
 from ngsi_assets.transforms.sth import ACTION_DELETE, ACTION_UPSERT
 
 _ID_COLUMN = {"entityId": "idEntityId", "entityType": "idEntityType", "attrName": "idAttrName"}
