@@ -6,6 +6,7 @@ Subcommands live in :data:`COMMANDS` (name -> :class:`Command`); adding one is a
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -175,10 +176,64 @@ def _run_history(args: argparse.Namespace) -> int:
     return history_cli.run(args)
 
 
+def _configure_materialize(parser: argparse.ArgumentParser) -> None:
+    from ngsi_assets import materialize
+
+    materialize.configure(parser)
+
+
+def _run_materialize(args: argparse.Namespace) -> int:
+    from ngsi_assets import materialize
+
+    return materialize.run(args)
+
+
+def _configure_spark(parser: argparse.ArgumentParser) -> None:
+    from ngsi_assets.spark_servers import DEFAULT_CONNECT_PORT
+
+    servers = parser.add_subparsers(dest="server", required=True, metavar="SERVER")
+    connect = servers.add_parser("connect-server", help="a Spark Connect server in the foreground")
+    connect.add_argument("--host", default="127.0.0.1")
+    connect.add_argument("--port", type=int, default=DEFAULT_CONNECT_PORT)
+    connect.add_argument("--master", default="local[*]", help="where the server runs the work (default local[*])")
+    connect.add_argument("--driver-memory", default=None, help="default NGSI_SPARK_DRIVER_MEMORY, else 4g")
+    master = servers.add_parser("master", help="a standalone cluster's master in the foreground")
+    master.add_argument("--host", default="127.0.0.1")
+    master.add_argument("--port", type=int, default=7077)
+    master.add_argument("--webui-port", type=int, default=8080)
+    worker = servers.add_parser("worker", help="a standalone worker in the foreground")
+    worker.add_argument("master_url", help="spark://host:port")
+    worker.add_argument("--host", default="127.0.0.1")
+    worker.add_argument("--cores", type=int, default=1)
+    worker.add_argument("--memory", default="2g")
+    worker.add_argument("--webui-port", type=int, default=8081)
+    for p in (connect, master, worker):
+        p.add_argument("--log-dir", type=Path, default=Path(".data/spark"), help="logs and pid files")
+
+
+def _run_spark(args: argparse.Namespace) -> int:
+    from ngsi_assets import spark_servers as s
+
+    if args.server == "connect-server":
+        cmd = s.connect_server_command(args.port, host=args.host, master=args.master, driver_memory=args.driver_memory)
+    elif args.server == "master":
+        cmd = s.master_command(args.host, args.port, args.webui_port)
+    else:
+        cmd = s.worker_command(
+            args.master_url, host=args.host, cores=args.cores, memory=args.memory, webui_port=args.webui_port
+        )
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    os.execve(cmd[0], cmd, s.server_env(args.log_dir.resolve(), host=args.host))
+
+
 COMMANDS: dict[str, Command] = {
     "serve": Command("run the notification receiver", _configure_serve, _run_serve),
     "load": Command("land notifications from files through the receiver's validation", _configure_load, _run_load),
     "history": Command("inspect, tag and rewind the transaction history", _configure_history, _run_history),
+    "materialize": Command(
+        "run the main job (message store to every sink) for the landed hours", _configure_materialize, _run_materialize
+    ),
+    "spark": Command("run a Spark Connect server or a standalone master or worker", _configure_spark, _run_spark),
 }
 
 

@@ -36,20 +36,25 @@ def build_resources() -> dict[str, object]:
     }
 
 
-defs = Definitions(
-    assets=[
-        message_store,
-        ngsi_events,
-        historic_tables,
-        last_data,
-        versioned_entities,
-        sth_aggregates,
-        transaction_history,
-    ],
-    jobs=[ingest_job, reprocess_job],
-    sensors=[landing_sensor, reprocessing_sensor],
-    resources=build_resources(),
-    # Every Spark asset of a run shares one process, hence one Spark session (starting one costs
-    # several seconds); a backfill over many hours is one run (BackfillPolicy.single_run).
-    executor=in_process_executor,
-)
+def build_definitions(resources: dict[str, object] | None = None) -> Definitions:
+    """Every asset, check, job and sensor, bound to ``resources`` (default: ``build_resources()``)."""
+    return Definitions(
+        assets=[
+            message_store,
+            ngsi_events,
+            historic_tables,
+            last_data,
+            versioned_entities,
+            sth_aggregates,
+            transaction_history,
+        ],
+        jobs=[ingest_job, reprocess_job],
+        sensors=[landing_sensor, reprocessing_sensor],
+        resources=build_resources() if resources is None else resources,
+        # Every Spark asset of a run shares one process, hence one Spark session (starting one costs
+        # several seconds); a backfill over many hours is one run (BackfillPolicy.single_run).
+        executor=in_process_executor,
+    )
+
+
+defs = build_definitions()

@@ -153,9 +153,14 @@ def _entity_records(named: DataFrame) -> DataFrame:
         F.first("entityId").alias("entityId"),
         F.first("entityType").alias("entityType"),
         F.first("alterationType", ignorenulls=True).alias("alterationType"),
+        # Sorted, so the map does not follow the shuffle's order (which differs between runs and modes).
         F.map_from_entries(
-            F.collect_list(
-                F.struct(F.col("attrColumn"), F.struct(F.col("attrValue").alias("value"), F.col("attrMd").alias("md")))
+            F.array_sort(
+                F.collect_list(
+                    F.struct(
+                        F.col("attrColumn"), F.struct(F.col("attrValue").alias("value"), F.col("attrMd").alias("md"))
+                    )
+                )
             )
         )
         .cast(ATTRS_TYPE)

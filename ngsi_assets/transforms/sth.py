@@ -287,7 +287,8 @@ def sth_partials(classified: DataFrame, resolutions: tuple[Resolution, ...]) -> 
         F.max(latest).alias("latest"),
     )
     is_num = F.col("occurKey").isNull()
-    occur_entries = F.collect_list(F.when(~is_num, F.struct(F.col("occurKey"), F.col("cnt"))))
+    # Sorted, so the stored map does not follow the shuffle's order (which differs between runs and modes).
+    occur_entries = F.array_sort(F.collect_list(F.when(~is_num, F.struct(F.col("occurKey"), F.col("cnt")))))
     partials = by_value.groupBy(*SLOT_COLUMNS, "dt").agg(
         F.sum("cnt").alias("samples"),
         F.sum(F.when(is_num, F.col("cnt")).otherwise(F.lit(0))).alias("numSamples"),
@@ -369,7 +370,14 @@ def build_documents(partials: DataFrame, config: STHConfig, now_ms: int) -> Data
         by_dt.alias("_by_dt"),
         F.min("min").alias("min"),
         F.max("max").alias("max"),
-        F.collect_list("occur").alias("_occurs"),
+        # In hour order: the merged map's key order follows the order the maps are merged in.
+        F.transform(
+            F.array_sort(
+                F.collect_list(F.struct("dt", "occur")),
+                lambda a, b: F.when(a["dt"] < b["dt"], -1).when(a["dt"] > b["dt"], 1).otherwise(0),
+            ),
+            lambda x: x["occur"],
+        ).alias("_occurs"),
         F.max("latest").alias("latest"),
     )
     per_slot = per_slot.select(

@@ -255,7 +255,9 @@ def ngsi_source_records(events: DataFrame) -> DataFrame:
         F.first("entityType").alias("etype"),
         F.max("timeIndex").alias("effective_ts"),
         F.max((F.col("alterationType") == "entityDelete").cast("int")).alias("del"),
-        F.map_from_entries(F.collect_list(F.struct(name, F.col("attrValue")))).alias("attrs"),
+        # Sorted: collect_list follows the shuffle's order, which differs from run to run and between
+        # a local session, a cluster and Spark Connect; the stored map must not.
+        F.map_from_entries(F.array_sort(F.collect_list(F.struct(name, F.col("attrValue"))))).alias("attrs"),
     )
     ids = F.create_map(
         *[

@@ -97,6 +97,8 @@ class ServerProcess:
     workdir: Path
     log_path: Path
     stop_signal: int = signal.SIGTERM
+    # Signal the whole process group (a launcher script whose server is its child, not its exec).
+    signal_group: bool = False
     _stopped: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -110,7 +112,10 @@ class ServerProcess:
         atexit.unregister(self.stop)
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(self.stop_signal)
+                if self.signal_group:
+                    os.killpg(self.process.pid, self.stop_signal)
+                else:
+                    self.process.send_signal(self.stop_signal)
             try:
                 self.process.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:

@@ -1,0 +1,198 @@
+"""The main job's wall time in a fresh process with ``local[*]``, and through a warm Spark Connect server.
+
+    .venv/bin/python benchmarks/bench_spark_modes.py [--notifications 1000] [--repeat 3] [--write-results]
+
+A generated city (NGSI v2, NGSI-LD, data-hub messages) is landed once through the file loader. Then
+``ngsi-assets materialize`` (``ngsi_ingest_job``: message store, events, versioned entities with the
+demo's schema, transaction history, STH in the lake; no SQL server) runs over it as a user runs it,
+each time in a new process, on a fresh lake and Dagster instance:
+
+- (a) ``local[*]``: the process starts its own JVM and Spark session, as today's default;
+- (b) ``NGSI_SPARK_REMOTE``: the process connects to a Spark Connect server started once and warmed
+  by one run beforehand, so the JVM, its JIT and its Python workers are already there.
+
+Reported per run: the process's wall time (Python and Dagster start included), the run's time, and
+each asset step's time read back from the Dagster event log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.machine import describe_machine, write_results  # noqa: E402
+
+BEGIN = "<!-- bench_spark_modes:begin -->"
+END = "<!-- bench_spark_modes:end -->"
+
+
+def land(work: Path, notifications: int) -> Path:
+    from ngsi_assets.demo.city import generate_city, write_jsonl
+    from ngsi_assets.ingest.landing import LandingWriter
+    from ngsi_assets.ingest.loader import load_paths
+    from ngsi_assets.ngsi.envelope import MessageIdFactory
+    from ngsi_assets.ngsi.payloads import IngestSettings
+
+    requests, _ = generate_city(seed=5, hours=1, target_notifications=notifications)
+    sample = work / "city.jsonl"
+    write_jsonl(requests, sample)
+    root = work / "landing"
+    with LandingWriter(root) as writer:
+        report = load_paths([sample], writer, IngestSettings(guid_from_correlator=True), MessageIdFactory())
+    print(f"landed {report.accepted} notifications ({report.rejected} malformed refused)", flush=True)
+    return root
+
+
+def step_seconds(home: Path, run_id: str) -> dict[str, float]:
+    """Each step's time, from its STEP_START and STEP_SUCCESS events in the run's event log."""
+    from dagster import DagsterEventType, DagsterInstance
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        starts: dict[str, float] = {}
+        out: dict[str, float] = {}
+        for record in instance.all_logs(run_id):
+            event = record.dagster_event
+            if event is None or not record.step_key:
+                continue
+            if event.event_type == DagsterEventType.STEP_START:
+                starts[record.step_key] = record.timestamp
+            elif event.event_type == DagsterEventType.STEP_SUCCESS and record.step_key in starts:
+                out[record.step_key] = record.timestamp - starts[record.step_key]
+    return out
+
+
+def run_once(work: Path, landing: Path, name: str, extra_env: dict[str, str]) -> dict[str, object]:
+    home, lake = work / name / "home", work / name / "lake"
+    home.mkdir(parents=True)
+    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NGSI_")}
+    env.update(
+        {
+            "DAGSTER_HOME": str(home),
+            "NGSI_LANDING_ROOT": str(landing),
+            "NGSI_LAKE_ROOT": str(lake),
+            "NGSI_ENTITY_SCHEMA": str(REPO / "ngsi_assets" / "demo" / "entities.yaml"),
+            "PYSPARK_PYTHON": sys.executable,
+            **extra_env,
+        }
+    )
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("ngsi-assets")), "materialize"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    wall = time.monotonic() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("run "))
+    run_id, run_s = line.split()[1], float(line.split(" in ")[1].split()[0])
+    return {"wall": wall, "run": run_s, "steps": step_seconds(home, run_id)}
+
+
+def start_connect_server(work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    from ngsi_assets.spark_servers import connect_server_command, server_env
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    logs = work / "connect"
+    logs.mkdir()
+    proc = subprocess.Popen(
+        connect_server_command(port),
+        env=server_env(logs, python=sys.executable, host="127.0.0.1"),
+        stdout=(logs / "server.log").open("wb"),
+        stderr=subprocess.STDOUT,
+        process_group=0,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc, f"sc://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError("the Spark Connect server did not start; see " + str(logs / "server.log"))
+
+
+def summarize(name: str, runs: list[dict[str, object]]) -> list[str]:
+    walls = [float(r["wall"]) for r in runs]
+    inner = [float(r["run"]) for r in runs]
+    steps: dict[str, list[float]] = {}
+    for r in runs:
+        for step, s in r["steps"].items():  # type: ignore[attr-defined]
+            steps.setdefault(step, []).append(s)
+    step_text = ", ".join(
+        f"{k} {statistics.median(v):.1f}" for k, v in sorted(steps.items(), key=lambda kv: -max(kv[1]))
+    )
+    return [
+        f"| {name} | {statistics.median(walls):.1f} s ({min(walls):.1f}-{max(walls):.1f}) "
+        f"| {statistics.median(inner):.1f} s | {step_text} |"
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--notifications", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--write-results", action="store_true")
+    args = parser.parse_args()
+    load_before = os.getloadavg()[0]
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-modes-"))
+    try:
+        landing = land(work, args.notifications)
+        local = []
+        for i in range(args.repeat):
+            local.append(run_once(work, landing, f"local{i}", {"NGSI_SPARK_MASTER": "local[*]"}))
+            print(f"(a) local[*], fresh process: {local[-1]}", flush=True)
+        server, url = start_connect_server(work)
+        try:
+            warmup = run_once(work, landing, "warmup", {"NGSI_SPARK_REMOTE": url})
+            print(f"warm-up run through Spark Connect: {warmup}", flush=True)
+            remote = []
+            for i in range(args.repeat):
+                remote.append(run_once(work, landing, f"connect{i}", {"NGSI_SPARK_REMOTE": url}))
+                print(f"(b) warm Spark Connect: {remote[-1]}", flush=True)
+        finally:
+            os.killpg(server.pid, 15)
+            server.wait(timeout=60)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rows = [
+        "| how | process wall time (median, min-max) | run | steps (median s, slowest first) |",
+        "|---|---|---|---|",
+        *summarize("(a) `local[*]`, fresh process", local),
+        *summarize("(b) warm Spark Connect server", remote),
+    ]
+    block = "\n".join(
+        [
+            BEGIN,
+            f"Machine: {describe_machine()}; load average {load_before:.1f} before the runs.",
+            f"`{args.notifications}` notifications generated, {args.repeat} runs each; "
+            f"the first run through the server (warm-up) took {float(warmup['wall']):.1f} s.",
+            "",
+            *rows,
+            END,
+        ]
+    )
+    print(block)
+    if args.write_results:
+        write_results(block, BEGIN, END, "The main job: fresh process against a warm Spark Connect server")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
