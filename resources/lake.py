@@ -100,14 +100,19 @@ class LakeFiles:
     def write_text(self, uri: str, text: str) -> None:
         """Write a small file whole: written beside it first, then moved over it.
 
-        On a local or HDFS lake the move is a rename that replaces the old file in one step, so a reader
-        or a crash sees the old text or the new, never no file (object stores copy, then delete).
+        On a local lake the move is a POSIX rename that replaces the old file in one step, so a reader
+        or a crash sees the old text or the new, never no file. HDFS renames refuse an existing target
+        and object stores have no rename, so there the old file is deleted first and a crash between
+        the two leaves no file: the history rebuilds a missing ``_state.json`` from its commits, but a
+        space's tags file would be lost (commit records are never overwritten).
         """
         fs, path = self._resolve(uri)
         self._mkdirs(fs, path)
         tmp = f"{path}.{uuid.uuid4().hex}.tmp"
         with fs.open_output_stream(tmp) as out:
             out.write(text.encode("utf-8"))
+        if not isinstance(fs, pafs.LocalFileSystem) and fs.get_file_info(path).type != pafs.FileType.NotFound:
+            fs.delete_file(path)
         fs.move(tmp, path)
 
     def read_text(self, uri: str) -> str | None:
