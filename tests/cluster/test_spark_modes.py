@@ -149,6 +149,19 @@ def run_main_job(env: dict[str, str], work: Path) -> dict[str, Any]:
     return json.loads(outcome.read_text())
 
 
+def history_cli(env: dict[str, str], lake: Path, *args: str) -> str:
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("ngsi-assets")), "history", "--lake-root", str(lake), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
 def _first_difference(a: list[str], b: list[str]) -> str:
     only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
     return f"{len(a)} vs {len(b)} rows; only in local: {only_a[:2]}; only in the other: {only_b[:2]}"
@@ -171,6 +184,7 @@ def test_main_job_gives_identical_tables_on_local_standalone_and_connect(
         "connect": {"NGSI_SPARK_REMOTE": connect_url},
     }
     snapshots: dict[str, Snapshot] = {}
+    envs: dict[str, dict[str, str]] = {}
     for mode in MODES:
         work = tmp_path / mode
         (work / "home").mkdir(parents=True)
@@ -201,6 +215,7 @@ def test_main_job_gives_identical_tables_on_local_standalone_and_connect(
                     **spark_env[mode],
                 }
             )
+            envs[mode] = env
             outcome = run_main_job(env, work)
             assert outcome["success"] and not outcome["failed_checks"], outcome
             expected_session = {"local": "local[2]", "standalone": standalone_cluster.master_url, "connect": "connect"}
@@ -217,6 +232,13 @@ def test_main_job_gives_identical_tables_on_local_standalone_and_connect(
     for prefix in ("postgresql ", "mysql "):
         assert sum(len(v) for k, v in local.items() if k.startswith(prefix)) > 100, f"no {prefix}rows"
     assert any(k.startswith("postgresql ngsi_history.") and local[k] for k in local), "no history published"
+    # The CLI through Spark Connect reads what the local session reads (the history's rewind here).
+    answers = {
+        mode: [history_cli(envs[mode], tmp_path / mode / "lake", *args) for args in (["spaces"], ["show", "product"])]
+        for mode in ("local", "connect")
+    }
+    assert "product" in answers["local"][0] and answers["local"][1].count("\n") > 10
+    assert answers["connect"] == answers["local"]
     for mode in MODES[1:]:
         other = snapshots[mode]
         assert sorted(other) == sorted(local), f"{mode}: different tables or folders"
