@@ -6,8 +6,11 @@ Pure functions, no I/O. The rules follow Cygnus's NGSISTHSink (seed 002) where i
   service path (``dm-by-service-path``), plus entity id and type (``dm-by-entity``), plus the
   attribute name (``dm-by-attribute``), then the ``.aggr`` suffix;
 - old encoding (``enable_encoding=false``): in database names ``/ \\ . " $`` and space become ``_``;
-  in collection names ``$`` becomes ``_``; parts are joined with ``_`` and a root service path
-  (``/``) is followed directly by the entity (``sth_/car1_car.aggr``);
+  in collection names ``$`` becomes ``_``; parts are joined with ``_``, also after a root service
+  path: ``sth_/_car1_car.aggr``, as Cygnus's ``NGSIMongoBaseSink.buildCollectionName`` (and its test
+  ``testBuildCollectionNameDMByEntityRootServicePathOldEncoding``) and STH-Comet's
+  ``sthDatabaseNaming.getCollectionName4Aggregated`` name it (Cygnus's documentation table shows
+  ``sth_/car1_car``, which neither program writes or reads);
 - new encoding (``enable_encoding=true``): a character MongoDB forbids becomes ``x`` and the 4
   lower-case hex digits of its UTF-16 code unit, ``=`` becomes ``xffff``, a literal ``x`` followed
   by 4 hex digits becomes ``xx``..., and parts are joined with the concatenator ``xffff``. In
@@ -29,7 +32,6 @@ AGGR_SUFFIX = ".aggr"
 CONCATENATOR = "xffff"
 MAX_NAMESPACE_BYTES = 113
 MAX_DATABASE_BYTES = 63
-ROOT_SERVICE_PATH = "/"
 
 # The range a document of each resolution covers, and its slots (offsets) as STH-Comet reads them.
 RANGES: dict[Resolution, str] = {
@@ -153,8 +155,7 @@ def collection_name(
         if model is DataModel.BY_ATTRIBUTE:
             rest.append(enc(attr_name))
         if rest:
-            # The root path is followed directly by the entity: sth_/car1_car.aggr, sth_/4wheels_car1_car.aggr.
-            body += ("" if service_path == ROOT_SERVICE_PATH else "_") + "_".join(rest)
+            body += "_" + "_".join(rest)
         prefix = encode_collection_old(config.collection_prefix)
     return prefix + body + AGGR_SUFFIX
 

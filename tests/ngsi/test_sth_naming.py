@@ -31,11 +31,14 @@ def _cfg(model: str, **kw: object) -> STHConfig:
 
 
 # The seed's tables: service path x data model, old and new encoding, for car1/car and its two attributes.
+# Under the root service path the seed (and Cygnus's documentation) show sth_/car1_car.aggr; Cygnus's
+# code and STH-Comet's reader join with "_" after the root as after any path (sth_/_car1_car.aggr),
+# and code wins: see test_root_service_path_old_encoding_follows_cygnus_code.
 SEED_TABLE = [
     ("/", "dm-by-service-path", "speed", "sth_/.aggr", "sth_x002f.aggr"),
-    ("/", "dm-by-entity", "speed", "sth_/car1_car.aggr", "sth_x002fxffffcar1xffffcar.aggr"),
-    ("/", "dm-by-attribute", "speed", "sth_/car1_car_speed.aggr", "sth_x002fxffffcar1xffffcarxffffspeed.aggr"),
-    ("/", "dm-by-attribute", "oil_level", "sth_/car1_car_oil_level.aggr",
+    ("/", "dm-by-entity", "speed", "sth_/_car1_car.aggr", "sth_x002fxffffcar1xffffcar.aggr"),
+    ("/", "dm-by-attribute", "speed", "sth_/_car1_car_speed.aggr", "sth_x002fxffffcar1xffffcarxffffspeed.aggr"),
+    ("/", "dm-by-attribute", "oil_level", "sth_/_car1_car_oil_level.aggr",
      "sth_x002fxffffcar1xffffcarxffffoil_level.aggr"),
     ("/4wheels", "dm-by-service-path", "speed", "sth_/4wheels.aggr", "sth_x002f4wheels.aggr"),
     ("/4wheels", "dm-by-entity", "speed", "sth_/4wheels_car1_car.aggr", "sth_x002f4wheelsxffffcar1xffffcar.aggr"),
@@ -148,25 +151,43 @@ def test_prefixes_are_encoded() -> None:
 
 
 def test_missing_entity_type_is_empty() -> None:
-    assert collection_name("/", "e1", None, "a", _cfg("dm-by-entity")) == "sth_/e1_.aggr"
+    assert collection_name("/", "e1", None, "a", _cfg("dm-by-entity")) == "sth_/_e1_.aggr"
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        # Cygnus NGSIMongoBaseSinkTest.testBuildCollectionNameDMByEntityRootServicePathOldEncoding:
+        # service path "/", entity someId/someType -> "sth_/_someId_someType" (before ".aggr").
+        ("dm-by-entity", "sth_/_someId_someType.aggr"),
+        # ...DMByAttributeRootServicePathOldEncoding: -> "sth_/_someId_someType_someName".
+        ("dm-by-attribute", "sth_/_someId_someType_someName.aggr"),
+        ("dm-by-service-path", "sth_/.aggr"),
+    ],
+)
+def test_root_service_path_old_encoding_follows_cygnus_code(model: str, expected: str) -> None:
+    """NGSIMongoBaseSink.buildCollectionName joins the service path and the entity with "_" whatever the path."""
+    assert collection_name("/", "someId", "someType", "someName", _cfg(model)) == expected
 
 
 def test_namespace_limit_is_113_bytes() -> None:
     cfg = _cfg("dm-by-attribute")
-    # "sth_s." (6) + "sth_/" (5) + entity + "_t_a" (4) + ".aggr" (5) = 20 + len(entity)
-    fits = "e" * (MAX_NAMESPACE_BYTES - 20)
-    assert sth_names("s", "/", fits, "t", "a", cfg).collection == f"sth_/{fits}_t_a.aggr"
-    with pytest.raises(STHNameError, match=r"namespace 'sth_s\.sth_/e+_t_a\.aggr' is 114 bytes in UTF-8; MongoDB "
+    # "sth_s." (6) + "sth_/_" (6) + entity + "_t_a" (4) + ".aggr" (5) = 21 + len(entity)
+    fits = "e" * (MAX_NAMESPACE_BYTES - 21)
+    assert sth_names("s", "/", fits, "t", "a", cfg).collection == f"sth_/_{fits}_t_a.aggr"
+    with pytest.raises(STHNameError, match=r"namespace 'sth_s\.sth_/_e+_t_a\.aggr' is 114 bytes in UTF-8; MongoDB "
                        r"allows at most 113"):  # fmt: skip
         sth_names("s", "/", fits + "e", "t", "a", cfg)
 
 
 def test_namespace_limit_counts_utf8_bytes() -> None:
     cfg = _cfg("dm-by-attribute")
-    # 'é' is 2 bytes: 46 of them are 92 bytes, one more than 'e' * 92 would fit ... plus 1.
+    # 'é' is 2 bytes: 46 of them are 92 bytes, which fit (21 + 92 = 113); one more byte does not.
+    assert sth_names("s", "/", "é" * 46, "t", "a", cfg)
     with pytest.raises(STHNameError, match="114 bytes"):
+        sth_names("s", "/", "é" * 46 + "e", "t", "a", cfg)
+    with pytest.raises(STHNameError, match="115 bytes"):
         sth_names("s", "/", "é" * 47, "t", "a", cfg)
-    assert sth_names("s", "/", "é" * 46 + "e", "t", "a", cfg)
 
 
 def test_database_name_limit() -> None:
