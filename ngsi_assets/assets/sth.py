@@ -24,6 +24,7 @@ from ngsi_assets.transforms.schemas import NGSI_EVENTS
 from ngsi_assets.transforms.sth import (
     ACTION_REJECT,
     DOC_COLUMNS,
+    REASON_DELETE,
     STATUS_REJECTED,
     STATUS_SAMPLE,
     STATUS_SKIPPED,
@@ -35,6 +36,7 @@ from ngsi_assets.transforms.sth import (
     documents_of,
     sth_partials,
     sth_rejects,
+    unaccounted_samples,
     with_tombstones,
 )
 from resources.lake import LakeResource
@@ -67,7 +69,7 @@ def _origin_filter(touched_bounds: list) -> F.Column | None:
     check_specs=[
         AssetCheckSpec("day_samples_equal_hour_samples", asset="sth_aggregates"),
         AssetCheckSpec("documents_within_mongodb_limits", asset="sth_aggregates"),
-        AssetCheckSpec("no_text_in_numeric_documents", asset="sth_aggregates"),
+        AssetCheckSpec("every_sample_in_aggregates_or_occur", asset="sth_aggregates"),
     ],
 )
 def sth_aggregates(
@@ -97,7 +99,8 @@ def sth_aggregates(
         lake.replace_partitions(sth_rejects(classified), REJECTS, keys)
         old = lake.read(session, PARTIALS, STH_PARTIALS, keys)
         lake.replace_partitions(with_tombstones(sth_partials(classified, config.resolutions), old), PARTIALS, keys)
-        by_status = {r["status"]: int(r["count"]) for r in classified.groupBy("status").count().collect()}
+        deletes = F.when(F.col("reason") == REASON_DELETE, F.lit("delete")).otherwise(F.col("status"))
+        by_status = {r["fate"]: int(r["count"]) for r in classified.groupBy(deletes.alias("fate")).count().collect()}
     finally:
         classified.unpersist()
     run_partials = lake.read(session, PARTIALS, STH_PARTIALS, keys)
@@ -115,18 +118,25 @@ def sth_aggregates(
             {"database": r["database"], "collection": r["collection"], "reason": r["reason"]}
             for r in documents.where(F.col("action") == ACTION_REJECT).limit(EXAMPLES).collect()
         ]
-        mixed = documents.where(F.col("droppedTextSamples") > 0)
-        mixed_count = mixed.count()
-        mixed_examples = [
-            {
-                "database": r["database"],
-                "collection": r["collection"],
-                "attrName": r["idAttrName"],
-                "resolution": r["resolution"],
-                "droppedTextSamples": r["droppedTextSamples"],
-            }
-            for r in mixed.limit(EXAMPLES).collect()
-        ]
+        mixed_count = documents.where(F.col("numeric") & F.col("text")).count()
+        unaccounted = unaccounted_samples(documents)
+        unaccounted_count = unaccounted.count()
+        unaccounted_examples = (
+            [
+                {
+                    "collection": r["collection"],
+                    "resolution": r["resolution"],
+                    "origin": r["origin"],
+                    "offset": r["offset"],
+                    "samples": r["samples"],
+                    "numbers": r["numSamples"],
+                    "occurrences": r["occurrences"],
+                }
+                for r in unaccounted.limit(EXAMPLES).collect()
+            ]
+            if unaccounted_count
+            else []
+        )
         both = Resolution.DAY in config.resolutions and Resolution.HOUR in config.resolutions
         mismatches = day_hour_mismatches(documents) if both else None
         mismatch_count = mismatches.count() if mismatches is not None else 0
@@ -178,9 +188,11 @@ def sth_aggregates(
             "events": sum(by_status.values()),
             "samples": by_status.get(STATUS_SAMPLE, 0),
             "skipped_null_or_white_space": by_status.get(STATUS_SKIPPED, 0),
+            "skipped_entity_deletes": by_status.get("delete", 0),
             "rejects": reject_rows,
             "documents_touched": sum(by_action.values()),
             "documents_by_action": MetadataValue.json(by_action),
+            "documents_with_numbers_and_text": mixed_count,
             "resolutions": ",".join(r.value for r in config.resolutions),
             "data_model": config.data_model.value,
             **publish,
@@ -206,12 +218,16 @@ def sth_aggregates(
                 },
             ),
             AssetCheckResult(
-                check_name="no_text_in_numeric_documents",
-                passed=mixed_count == 0,
-                severity=AssetCheckSeverity.WARN,
-                description="A document with numeric samples leaves its non-numeric string samples out; they stay "
-                "in sth_partials.",
-                metadata={"documents": mixed_count, "examples": MetadataValue.json(mixed_examples)},
+                check_name="every_sample_in_aggregates_or_occur",
+                passed=unaccounted_count == 0,
+                severity=AssetCheckSeverity.ERROR,
+                description="In every point of every rebuilt document, samples = the numbers aggregated in sum, "
+                "sum2, min and max + the text counted in occur (documents may hold both kinds).",
+                metadata={
+                    "points_not_accounted": unaccounted_count,
+                    "documents_with_numbers_and_text": mixed_count,
+                    "examples": MetadataValue.json(unaccounted_examples),
+                },
             ),
         ],
     )

@@ -4,11 +4,12 @@ Every document is written whole with ``replace_one(upsert=True)`` (never ``$inc`
 one fixed order (``_id``, ``attrType``, ``points``; points by offset; occur keys sorted), so the
 stored bytes depend only on the aggregates in the lake, whatever order hours were run in.
 
-Writes run in Spark executors (``mapPartitions``): each task opens its own client from a plain URL,
-groups its rows by collection and sends ordered-free bulk writes of ``batch_size`` operations. A
-bulk write that fails for a transient reason (network, primary stepping down) is retried after
-``batch_retry_intervals`` up to ``batch_ttl`` times; replacing a whole document is idempotent, so a
-retry cannot count a sample twice. Only per-collection counts come back to the driver.
+Writes run in Spark executors (``on_each_partition``, a ``mapInArrow``): each task opens its own
+client from a plain URL, groups its rows by collection and sends ordered-free bulk writes of
+``batch_size`` operations. A bulk write that fails for a transient reason (network, primary
+stepping down) is retried after ``batch_retry_intervals`` up to ``batch_ttl`` times; replacing a
+whole document is idempotent, so a retry cannot count a sample twice. Only per-collection counts
+come back to the driver.
 """
 
 from __future__ import annotations
@@ -58,29 +59,22 @@ def document_id(row: dict[str, Any], data_model: DataModel) -> dict[str, Any]:
 
 
 def to_document(row: dict[str, Any], data_model: DataModel) -> dict[str, Any]:
-    """The STH-Comet document of a row of ``build_documents`` (fields in a fixed order)."""
+    """The STH-Comet document of a row of ``build_documents`` (fields in a fixed order).
+
+    Points hold offset and samples, then sum, sum2, min, max when the document has numbers, then
+    occur when it has text.
+    """
     points: list[dict[str, Any]] = []
     for p in sorted(row["points"], key=lambda p: p["offset"]):
+        point: dict[str, Any] = {"offset": int(p["offset"]), "samples": int(p["samples"])}
         if row["numeric"]:
-            points.append(
-                {
-                    "offset": int(p["offset"]),
-                    "samples": int(p["samples"]),
-                    "sum": float(p["sum"]),
-                    "sum2": float(p["sum2"]),
-                    "min": float(p["min"]),
-                    "max": float(p["max"]),
-                }
-            )
-        else:
+            point.update(sum=float(p["sum"]), sum2=float(p["sum2"]), min=float(p["min"]), max=float(p["max"]))
+        if row["text"]:
+            # A document with numbers and text (a sensor's "n/a") carries both in every point, as
+            # STH-Comet's documents do once Cygnus has $inc-ed both kinds into them.
             occur = p["occur"] or {}
-            points.append(
-                {
-                    "offset": int(p["offset"]),
-                    "samples": int(p["samples"]),
-                    "occur": {k: int(occur[k]) for k in sorted(occur)},
-                }
-            )
+            point["occur"] = {k: int(occur[k]) for k in sorted(occur)}
+        points.append(point)
     return {"_id": document_id(row, data_model), "attrType": row["attrType"], "points": points}
 
 

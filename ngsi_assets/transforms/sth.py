@@ -42,6 +42,8 @@ STATUS_REJECTED = "rejected"
 REASON_NULL = "null value: no sample"
 REASON_WHITE_SPACE = "value made only of white space (ignore_white_spaces=true)"
 REASON_NUL_VALUE = "string value contains a NUL character, which a MongoDB key (occur map) cannot hold"
+REASON_DELETE = "entityDelete notification: a delete is not a measurement, no sample"
+ENTITY_DELETE = "entityDelete"
 
 # MongoDB refuses documents over 16 MiB; leave room for the envelope of the write command.
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024 - 16 * 1024
@@ -123,7 +125,7 @@ POINT = StructType(
         StructField("min", DoubleType(), False),
         StructField("max", DoubleType(), False),
         StructField("occur", _OCCUR, False),
-        StructField("allSamples", LongType(), False),
+        StructField("numSamples", LongType(), False),
     ]
 )
 
@@ -133,9 +135,10 @@ STH_DOCUMENTS = StructType(
         StructField("range", StringType(), False),
         StructField("attrType", StringType()),
         StructField("numeric", BooleanType(), False),
+        StructField("text", BooleanType(), False),
         StructField("points", ArrayType(POINT, False), False),
         StructField("totalSamples", LongType(), False),
-        StructField("droppedTextSamples", LongType(), False),
+        StructField("textSamples", LongType(), False),
         StructField("estimatedBytes", LongType(), False),
         StructField("action", StringType(), False),
         StructField("reason", StringType()),
@@ -190,14 +193,16 @@ def classify_events(events: DataFrame, config: STHConfig) -> DataFrame:
         & (F.abs(as_double) < F.lit(float("inf")))
     )
     white = value.rlike(WHITE_SPACE_PATTERN) if config.ignore_white_spaces else F.lit(False)
+    deleted = F.col("alterationType").eqNullSafe(F.lit(ENTITY_DELETE))
     reason = (
-        F.when(value.isNull(), F.lit(REASON_NULL))
+        F.when(deleted, F.lit(REASON_DELETE))
+        .when(value.isNull(), F.lit(REASON_NULL))
         .when(white, F.lit(REASON_WHITE_SPACE))
         .when(F.col("_names.error").isNotNull(), F.col("_names.error"))
         .when(~numeric & (F.instr(value, "\x00") > 0), F.lit(REASON_NUL_VALUE))
     )
     status = (
-        F.when(value.isNull() | white, F.lit(STATUS_SKIPPED))
+        F.when(deleted | value.isNull() | white, F.lit(STATUS_SKIPPED))
         .when(reason.isNotNull(), F.lit(STATUS_REJECTED))
         .otherwise(F.lit(STATUS_SAMPLE))
     )
@@ -357,8 +362,11 @@ def build_documents(partials: DataFrame, config: STHConfig, now_ms: int) -> Data
     """One row per STH document, keyed by DOC_COLUMNS, from the partials of every hour.
 
     ``points`` holds every slot of the range (empty ones with samples 0, sum 0, min +inf, max
-    -inf, empty occur). A document with a numeric sample is numeric: its string samples are left
-    out of it and counted in ``droppedTextSamples``. ``action`` is ``upsert``, ``delete`` (no
+    -inf, empty occur). ``samples`` counts every sample of the slot, numbers and text, as Cygnus's
+    ``$inc`` of ``points.$.samples`` does for both; sum, sum2, min and max aggregate the numbers,
+    ``occur`` counts the text. ``numeric`` and ``text`` say which kinds the document holds (an
+    attribute that is usually a number but sometimes ``"n/a"`` has both, and its published
+    points carry both). ``action`` is ``upsert``, ``delete`` (no
     sample left, or origin older than ``data_expiration`` before ``now_ms``) or ``reject`` (over
     MongoDB's document size limit, with ``reason``).
     """
@@ -424,13 +432,13 @@ def build_documents(partials: DataFrame, config: STHConfig, now_ms: int) -> Data
         num_samples = F.coalesce(p["numSamples"], F.lit(0).cast("long"))
         return F.struct(
             o.cast("int").alias("offset"),
-            F.when(numeric, num_samples).otherwise(all_samples - num_samples).alias("samples"),
+            all_samples.alias("samples"),
             F.coalesce(p["sum"], F.lit(0.0)).alias("sum"),
             F.coalesce(p["sum2"], F.lit(0.0)).alias("sum2"),
             F.coalesce(p["min"], F.lit(float("inf"))).alias("min"),
             F.coalesce(p["max"], F.lit(float("-inf"))).alias("max"),
             F.coalesce(p["occur"], empty_occur).alias("occur"),
-            all_samples.alias("allSamples"),
+            num_samples.alias("numSamples"),
         )
 
     points = F.transform(F.sequence(lo, hi), point)
@@ -443,7 +451,7 @@ def build_documents(partials: DataFrame, config: STHConfig, now_ms: int) -> Data
             acc + F.aggregate(F.map_keys(p["occur"]), F.lit(0).cast("long"), lambda a, k: a + F.octet_length(k) + 10)
         ),
     )
-    size = F.when(F.col("numeric"), F.lit(0).cast("long")).otherwise(occur_bytes) + F.size("points") * 96 + 512
+    size = occur_bytes + F.size("points") * 96 + 512
     expired = (
         F.col("origin") < F.lit(now_ms - config.data_expiration * 1000) if config.data_expiration > 0 else F.lit(False)
     )
@@ -457,12 +465,10 @@ def build_documents(partials: DataFrame, config: STHConfig, now_ms: int) -> Data
         rng.alias("range"),
         F.col("latest.attrType").alias("attrType"),
         numeric.alias("numeric"),
+        (F.col("totalSamples") > F.col("numSamples")).alias("text"),
         points.alias("points"),
         F.col("totalSamples").cast("long").alias("totalSamples"),
-        F.when(numeric, F.col("totalSamples") - F.col("numSamples"))
-        .otherwise(F.lit(0))
-        .cast("long")
-        .alias("droppedTextSamples"),
+        (F.col("totalSamples") - F.col("numSamples")).cast("long").alias("textSamples"),
     )
     out = out.withColumn("estimatedBytes", size.cast("long"))
     out = out.withColumn("action", action).withColumn(
@@ -489,7 +495,7 @@ def day_hour_mismatches(documents: DataFrame) -> DataFrame:
     hours = live.where(F.col("resolution") == Resolution.HOUR.value).select(
         *ident,
         F.col("origin").alias("day"),
-        F.aggregate("points", F.lit(0).cast("long"), lambda a, p: a + p["allSamples"]).alias("hourSamples"),
+        F.aggregate("points", F.lit(0).cast("long"), lambda a, p: a + p["samples"]).alias("hourSamples"),
     )
     days = (
         documents.where(F.col("resolution") == Resolution.DAY.value)
@@ -497,7 +503,7 @@ def day_hour_mismatches(documents: DataFrame) -> DataFrame:
         .select(
             *ident,
             (F.col("month") + (F.col("p.offset") - 1).cast("long") * 86_400_000).alias("day"),
-            F.col("p.allSamples").alias("daySamples"),
+            F.col("p.samples").alias("daySamples"),
         )
     )
     joined = hours.alias("h").join(days.alias("d"), _null_safe_cond(hours, days, [*ident, "day"]), "left")
@@ -507,3 +513,20 @@ def day_hour_mismatches(documents: DataFrame) -> DataFrame:
         F.col("h.hourSamples").alias("hourSamples"),
         F.coalesce(F.col("d.daySamples"), F.lit(0).cast("long")).alias("daySamples"),
     ).where(F.col("hourSamples") != F.col("daySamples"))
+
+
+def unaccounted_samples(documents: DataFrame) -> DataFrame:
+    """One row per (document, point) whose ``samples`` differ from its numbers plus its ``occur`` counts.
+
+    The invariant of a published point: every sample is aggregated either as a number (sum, sum2,
+    min, max) or as a text occurrence, and ``samples`` counts them all.
+    """
+    points = documents.where(F.col("action") != ACTION_DELETE).select(*DOC_COLUMNS, F.explode("points").alias("p"))
+    occurrences = F.aggregate(F.map_values(F.col("p.occur")), F.lit(0).cast("long"), lambda a, n: a + n)
+    return points.select(
+        *DOC_COLUMNS,
+        F.col("p.offset").alias("offset"),
+        F.col("p.samples").alias("samples"),
+        F.col("p.numSamples").alias("numSamples"),
+        occurrences.alias("occurrences"),
+    ).where(F.col("samples") != F.col("numSamples") + F.col("occurrences"))

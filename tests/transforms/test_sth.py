@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from ngsi_assets.ngsi.sth_config import STHConfig
 from ngsi_assets.sinks.sth_mongo import to_document
@@ -39,11 +40,12 @@ def ev(
     path: str = "/4wheels",
     etype: str | None = "car",
     dt: str | None = None,
+    alteration: str | None = None,
 ) -> tuple:
     recv = datetime.fromtimestamp(recv_ms / 1000, UTC)
     return (
         recv_ms, recv.strftime("%Y-%m-%dT%H:%M:%S.000Z"), service, path, entity, etype, attr, attr_type, value,
-        json.dumps(md or []), None, recv.replace(tzinfo=None), "recvTime", None, mid, idx,
+        json.dumps(md or []), None, recv.replace(tzinfo=None), "recvTime", alteration, mid, idx,
         dt or recv.strftime("%Y-%m-%d-%H"),
     )  # fmt: skip
 
@@ -237,13 +239,80 @@ def test_negative_and_zero_values(case_docs: list[dict[str, Any]]) -> None:
     assert str(filled(doc)[10]["max"]) == "0.0"
 
 
-def test_non_numeric_string_in_numeric_attribute(case_docs: list[dict[str, Any]]) -> None:
+def test_numbers_and_text_in_one_document(case_docs: list[dict[str, Any]]) -> None:
+    """A numeric attribute that sometimes says "n/a": one document with both kinds, samples counting both."""
     row = doc_of(case_docs, "mix", "level", "hour")
-    assert row["numeric"] is True
-    assert row["droppedTextSamples"] == 1
+    assert (row["numeric"], row["text"], row["totalSamples"], row["textSamples"]) == (True, True, 3, 1)
     assert filled(row["doc"]) == {
-        10: {"offset": 10, "samples": 2, "sum": 30.0, "sum2": 500.0, "min": 10.0, "max": 20.0}
+        10: {"offset": 10, "samples": 3, "sum": 30.0, "sum2": 500.0, "min": 10.0, "max": 20.0, "occur": {"n/a": 1}}
     }
+    # Every point of a mixed document has both kinds of fields, empty ones included (as STH-Comet reads them).
+    empty = row["doc"]["points"][0]
+    assert empty == {"offset": 0, "samples": 0, "sum": 0.0, "sum2": 0.0, "min": INF, "max": -INF, "occur": {}}
+
+
+def test_mixed_document_is_the_same_whichever_kind_comes_first(spark: SparkSession) -> None:
+    text_first = [
+        ev("m", "level", "n/a", T0, mid="a1"),
+        ev("m", "level", "7", T0 + 61_000, mid="a2"),
+        ev("m", "level", "error", T0 + 3_600_000, mid="a3"),
+    ]
+    number_first = [
+        ev("m", "level", "7", T0 + 61_000, mid="a2"),
+        ev("m", "level", "n/a", T0, mid="a1"),
+        ev("m", "level", "error", T0 + 3_600_000, mid="a3"),
+    ]
+    cfg = STHConfig(data_model="dm-by-entity", resolutions="minute,hour")
+    a = sorted((r["resolution"], r["origin"], repr(r["doc"])) for r in documents(spark, text_first, cfg))
+    b = sorted((r["resolution"], r["origin"], repr(r["doc"])) for r in documents(spark, number_first, cfg))
+    assert a == b
+    hour_doc = next(r for r in documents(spark, text_first, cfg) if r["resolution"] == "hour")["doc"]
+    assert filled(hour_doc) == {
+        10: {"offset": 10, "samples": 2, "sum": 7.0, "sum2": 49.0, "min": 7.0, "max": 7.0, "occur": {"n/a": 1}},
+        11: {"offset": 11, "samples": 1, "sum": 0.0, "sum2": 0.0, "min": INF, "max": -INF, "occur": {"error": 1}},
+    }
+
+
+def test_entity_delete_adds_no_sample(spark: SparkSession) -> None:
+    rows = [
+        ev("d", "level", "5", T0, mid="u1", alteration="entityUpdate"),
+        # Orion's entityDelete notification repeats the entity's last values: not a measurement.
+        ev("d", "level", "5", T0 + 1000, mid="x1", alteration="entityDelete"),
+        ev("d", "state", "on", T0 + 1000, mid="x1", alteration="entityDelete", attr_type="Text"),
+    ]
+    cfg = STHConfig(data_model="dm-by-entity", resolutions="hour")
+    classified = {(r["messageId"], r["attrName"]): (r["status"], r["reason"]) for r in sth.classify_events(
+        events(spark, rows), cfg).collect()}  # fmt: skip
+    assert classified == {
+        ("u1", "level"): ("sample", None),
+        ("x1", "level"): ("skipped", sth.REASON_DELETE),
+        ("x1", "state"): ("skipped", sth.REASON_DELETE),
+    }
+    (doc,) = documents(spark, rows, cfg)
+    assert doc["totalSamples"] == 1 and filled(doc["doc"])[10]["samples"] == 1
+
+
+def test_unaccounted_samples_finds_a_point_whose_counts_disagree(
+    spark: SparkSession, case_docs: list[dict[str, Any]]
+) -> None:
+    classified = sth.classify_events(events(spark, CASES), CASES_CFG)
+    docs = sth.build_documents(sth.sth_partials(classified, CASES_CFG.resolutions), CASES_CFG, 0)
+    assert sth.unaccounted_samples(docs).count() == 0
+    # One point claims a sample it aggregates nowhere: the check must see exactly that point.
+    broken = docs.withColumn(
+        "points",
+        F.transform(
+            "points",
+            lambda p: F.when(
+                (F.col("collection") == "sth_/4wheels.aggr") & (F.col("idEntityId") == "neg")
+                & (F.col("resolution") == "hour") & (p["offset"] == 10),
+                p.withField("samples", p["samples"] + 1),
+            ).otherwise(p),
+        ),
+    )  # fmt: skip
+    found = [(r["idEntityId"], r["offset"], r["samples"], r["numSamples"], r["occurrences"])
+             for r in sth.unaccounted_samples(broken).collect()]  # fmt: skip
+    assert found == [("neg", 10, 5, 4, 0)]
 
 
 def test_string_values_escaped_and_white_space_ignored(case_docs: list[dict[str, Any]]) -> None:
