@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ngsi_assets.ngsi.sql_naming import (
     COLUMN_FIXED,
+    DATABASE_PER_SERVICE,
     DEFAULT_SERVICE,
     DEFAULT_SERVICE_PATH,
     DataModel,
@@ -105,6 +106,15 @@ class SqlSinkConfig(BaseModel):
         if len(set(value)) != len(value):
             raise ValueError("last_data_unique_key names a column twice")
         return value
+
+    @model_validator(mode="after")
+    def _data_model_of_dialect(self) -> SqlSinkConfig:
+        if self.dialect is Dialect.POSTGRESQL and self.data_model in DATABASE_PER_SERVICE:
+            raise ValueError(
+                f"data_model {self.data_model.value}: a PostgreSQL database per service is not supported yet; "
+                "use the model without '-database' (one schema per service in the configured database)"
+            )
+        return self
 
     @field_validator("last_data_timestamp_key")
     @classmethod

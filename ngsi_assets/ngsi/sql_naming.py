@@ -9,10 +9,13 @@ built on Cygnus keep working:
   character outside the kept set (PostgreSQL keeps ``a-z``, ``0-9`` and ``_``; MySQL also keeps
   ``A-Z``), ``=`` -> ``xffff`` (also the concatenator), a literal ``x`` followed by 4 hex digits ->
   ``xx``; the entity is named ``<entityId>=<entityType>`` before encoding;
-- old encoding: every character outside ``A-Za-z0-9_`` becomes ``_``, the leading ``/`` of the service
-  path is dropped and ``_`` concatenates. Cygnus also kept ``-`` and ``.``, which made it splice
-  invalid (or misleading: ``a.b``) names into its unquoted SQL: no table Cygnus managed to create has
-  them, so the seed's rule (``_``) is compatible with every existing table and safe;
+- old encoding: the leading ``/`` of the service path is dropped and ``_`` concatenates. MySQL: every
+  character outside ``A-Za-z0-9.-`` becomes ``_``, exactly as Cygnus's ``NGSIUtils.encode`` (its
+  MySQL sink backtick-quotes names, so a service ``smart-city`` has a database ``smart-city``).
+  PostgreSQL: every character outside ``A-Za-z0-9_`` becomes ``_``, ``-`` and ``.`` included, on
+  purpose: Cygnus's PostgreSQL sink splices names unquoted, so a name with ``-`` is a syntax error and
+  one with ``.`` a qualified name; no table Cygnus managed to create has them, so this rule finds
+  every existing table and names the others safely;
 - ``enable_lowercase`` lower-cases the final names; PostgreSQL names are always lower-cased because
   Cygnus never quotes them and PostgreSQL folds unquoted names to lower case (this platform quotes
   every name, so it folds first to land on the same table);
@@ -38,6 +41,22 @@ class DataModel(StrEnum):
     BY_SERVICE_PATH = "dm-by-service-path"
     BY_ENTITY = "dm-by-entity"
     BY_ENTITY_TYPE = "dm-by-entity-type"
+    BY_FIXED_ENTITY_TYPE = "dm-by-fixed-entity-type"
+    # Cygnus's MySQL sink accepts these and names tables as the model without "-database" (a MySQL
+    # database is already per service); its PostgreSQL sink makes them a database per service.
+    BY_ENTITY_DATABASE = "dm-by-entity-database"
+    BY_ENTITY_TYPE_DATABASE = "dm-by-entity-type-database"
+    BY_FIXED_ENTITY_TYPE_DATABASE = "dm-by-fixed-entity-type-database"
+
+
+# The table naming each model shares (NGSIMySQLSink.buildTableName's case groups).
+_TABLE_MODEL: dict[DataModel, DataModel] = {
+    DataModel.BY_ENTITY_DATABASE: DataModel.BY_ENTITY,
+    DataModel.BY_ENTITY_TYPE_DATABASE: DataModel.BY_ENTITY_TYPE,
+    DataModel.BY_FIXED_ENTITY_TYPE_DATABASE: DataModel.BY_FIXED_ENTITY_TYPE,
+}
+# Models that need a PostgreSQL database per service (not supported yet on PostgreSQL).
+DATABASE_PER_SERVICE = frozenset(_TABLE_MODEL)
 
 
 MAX_NAME_LEN: dict[Dialect, int] = {Dialect.POSTGRESQL: 63, Dialect.MYSQL: 64}
@@ -51,6 +70,8 @@ MD_SUFFIX = "_md"
 
 _HEX4 = re.compile(r"[0-9a-fA-F]{4}")
 _OLD_INVALID = re.compile(r"[^A-Za-z0-9_]")
+# Cygnus NGSIUtils.ENCODEPATTERN: "[^a-zA-Z0-9\\.\\-]" (``_`` is replaced by itself).
+_OLD_INVALID_MYSQL = re.compile(r"[^A-Za-z0-9.\-]")
 
 
 class NamingError(ValueError):
@@ -82,9 +103,9 @@ def encode_new(text: str, dialect: Dialect) -> str:
     return "".join(out)
 
 
-def encode_old(text: str) -> str:
-    """The old encoding: every character but ``A-Za-z0-9_`` becomes ``_``."""
-    return _OLD_INVALID.sub("_", text)
+def encode_old(text: str, dialect: Dialect = Dialect.POSTGRESQL) -> str:
+    """The old encoding: every character but ``A-Za-z0-9.-`` (MySQL) or ``A-Za-z0-9_`` (PostgreSQL) becomes ``_``."""
+    return (_OLD_INVALID_MYSQL if dialect is Dialect.MYSQL else _OLD_INVALID).sub("_", text)
 
 
 @dataclass(frozen=True)
@@ -123,7 +144,7 @@ def effective_service_path(service_path: str | None, cfg: NamingConfig) -> str:
 def db_name(service: str | None, cfg: NamingConfig) -> str:
     """The MySQL database, or the PostgreSQL schema, of a fiware-service."""
     service = effective_service(service, cfg)
-    name = encode_new(service, cfg.dialect) if cfg.enable_encoding else encode_old(service)
+    name = encode_new(service, cfg.dialect) if cfg.enable_encoding else encode_old(service, cfg.dialect)
     kind = "schema" if cfg.dialect is Dialect.POSTGRESQL else "database"
     return _finish(name, kind, cfg)
 
@@ -134,29 +155,34 @@ def table_name(
     """The table of a record under ``cfg.data_model``; ``suffix`` is the last-data suffix, if any."""
     path = effective_service_path(service_path, cfg)
     etype = entity_type or ""
-    model = cfg.data_model
+    model = _TABLE_MODEL.get(cfg.data_model, cfg.data_model)
     if cfg.enable_encoding:
         enc = cfg.dialect
         if model is DataModel.BY_SERVICE_PATH:
             name = encode_new(path, enc)
         elif model is DataModel.BY_ENTITY:
             name = encode_new(path, enc) + CONCATENATOR + encode_new(entity_id + INTERNAL_CONCATENATOR + etype, enc)
+        elif model is DataModel.BY_FIXED_ENTITY_TYPE:
+            name = encode_new(etype, enc)
         else:
             # Cygnus's PostgreSQL sink encodes dm-by-entity-type names with encodeMySQL (upper case
             # kept), which PostgreSQL then folds: reproduced so the same table is found.
             enc = Dialect.MYSQL
             name = encode_new(path, enc) + CONCATENATOR + encode_new(etype, enc)
     else:
-        trimmed = encode_old(path[1:] if path.startswith("/") else path)
+        dialect = cfg.dialect
+        trimmed = encode_old(path[1:] if path.startswith("/") else path, dialect)
         prefix = trimmed + OLD_CONCATENATOR if trimmed else ""
         if model is DataModel.BY_SERVICE_PATH:
             if path == "/":
                 raise NamingError("the root service path '/' cannot name a table with dm-by-service-path")
             name = trimmed
         elif model is DataModel.BY_ENTITY:
-            name = prefix + encode_old(entity_id + OLD_CONCATENATOR + etype)
+            name = prefix + encode_old(entity_id + OLD_CONCATENATOR + etype, dialect)
+        elif model is DataModel.BY_FIXED_ENTITY_TYPE:
+            name = encode_old(etype, dialect)
         else:
-            name = prefix + encode_old(etype)
+            name = prefix + encode_old(etype, dialect)
     return _finish(name + suffix, "table", cfg)
 
 

@@ -19,6 +19,7 @@ from ngsi_assets.ngsi.sql_naming import (
 
 PG, MY = Dialect.POSTGRESQL, Dialect.MYSQL
 E, SP, ET = DataModel.BY_ENTITY, DataModel.BY_SERVICE_PATH, DataModel.BY_ENTITY_TYPE
+FET = DataModel.BY_FIXED_ENTITY_TYPE
 
 
 def cfg(dialect: Dialect = MY, model: DataModel = E, encoding: bool = False, lower: bool = False) -> NamingConfig:
@@ -64,6 +65,74 @@ def test_new_encoding_of_an_injection_attempt_is_plain_letters_digits_and_x() ->
 )
 def test_old_encoding(text: str, expected: str) -> None:
     assert encode_old(text) == expected
+    assert encode_old(text, PG) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("car1", "car1"), ("/4wheels", "_4wheels"), ("a-b.c d", "a-b.c_d"), ("a_b", "a_b"), ("é😀", "__"),
+     ("`;'", "___"), ("smart-city", "smart-city")],
+)  # fmt: skip
+def test_old_encoding_mysql_keeps_dash_and_dot_as_cygnus(text: str, expected: str) -> None:
+    """Cygnus NGSIUtils.encode: ENCODEPATTERN = [^a-zA-Z0-9\\.\\-] -> '_' (the MySQL sink backtick-quotes)."""
+    assert encode_old(text, MY) == expected
+
+
+# Cygnus's own names for service "smart-city", path "/my.zone-1", entity "car-1.a" of type "Car",
+# old encoding: NGSIMySQLSink.buildDbName / buildTableName (NGSIUtils.encode keeps '-' and '.'), and
+# NGSIPostgreSQLSink.buildSchemaName / buildTableName for PostgreSQL, where this platform differs on
+# purpose: Cygnus's unquoted "CREATE SCHEMA smart-city" is a syntax error (and a '.' makes a
+# qualified name), so no such table exists; '-' and '.' become '_', and PostgreSQL folds to lower case.
+CYGNUS_OLD = [
+    # model, MySQL database, MySQL table, PostgreSQL schema, PostgreSQL table
+    (E, "smart-city", "my.zone-1_car-1.a_Car", "smart_city", "my_zone_1_car_1_a_car"),
+    (DataModel.BY_ENTITY_DATABASE, "smart-city", "my.zone-1_car-1.a_Car", None, None),
+    (ET, "smart-city", "my.zone-1_Car", "smart_city", "my_zone_1_car"),
+    (DataModel.BY_ENTITY_TYPE_DATABASE, "smart-city", "my.zone-1_Car", None, None),
+    (SP, "smart-city", "my.zone-1", "smart_city", "my_zone_1"),
+    (FET, "smart-city", "Car", "smart_city", "car"),
+    (DataModel.BY_FIXED_ENTITY_TYPE_DATABASE, "smart-city", "Car", None, None),
+]
+
+
+@pytest.mark.parametrize(("model", "my_db", "my_table", "pg_schema", "pg_table"), CYGNUS_OLD)
+def test_cygnus_names_old_encoding(
+    model: DataModel, my_db: str, my_table: str, pg_schema: str | None, pg_table: str | None
+) -> None:
+    c = cfg(MY, model, False)
+    assert (db_name("smart-city", c), table_name("/my.zone-1", "car-1.a", "Car", c)) == (my_db, my_table)
+    if pg_schema is not None:
+        c = cfg(PG, model, False)
+        assert (db_name("smart-city", c), table_name("/my.zone-1", "car-1.a", "Car", c)) == (pg_schema, pg_table)
+
+
+# New encoding, same names (NGSICharsets.encodeMySQL / encodePostgreSQL): dm-by-fixed-entity-type is
+# the encoded type alone.
+CYGNUS_NEW = [
+    (E, "smartx002dcity", "x002fmyx002ezonex002d1xffffcarx002d1x002eaxffffCar",
+     "smartx002dcity", "x002fmyx002ezonex002d1xffffcarx002d1x002eaxffffx0043ar"),
+    (DataModel.BY_ENTITY_DATABASE, "smartx002dcity", "x002fmyx002ezonex002d1xffffcarx002d1x002eaxffffCar", None, None),
+    (ET, "smartx002dcity", "x002fmyx002ezonex002d1xffffCar", "smartx002dcity", "x002fmyx002ezonex002d1xffffcar"),
+    (FET, "smartx002dcity", "Car", "smartx002dcity", "x0043ar"),
+    (DataModel.BY_FIXED_ENTITY_TYPE_DATABASE, "smartx002dcity", "Car", None, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "my_db", "my_table", "pg_schema", "pg_table"), CYGNUS_NEW)
+def test_cygnus_names_new_encoding(
+    model: DataModel, my_db: str, my_table: str, pg_schema: str | None, pg_table: str | None
+) -> None:
+    c = cfg(MY, model, True)
+    assert (db_name("smart-city", c), table_name("/my.zone-1", "car-1.a", "Car", c)) == (my_db, my_table)
+    if pg_schema is not None:
+        c = cfg(PG, model, True)
+        assert (db_name("smart-city", c), table_name("/my.zone-1", "car-1.a", "Car", c)) == (pg_schema, pg_table)
+
+
+def test_fixed_entity_type_ignores_path_and_id_and_names_the_root_path() -> None:
+    c = cfg(MY, FET, False)
+    assert table_name("/", "a", "Car", c) == table_name("/x/y", "b", "Car", c) == "Car"
+    assert table_name("/", "a", "Car", cfg(PG, FET, False)) == "car"
 
 
 # The seed's example (car1 of type car, service vehicles), every model and encoding, both dialects.

@@ -170,3 +170,34 @@ def test_names_at_the_length_limit_land_and_one_over_is_quarantined(
     assert len(tables) == 1 and len(tables[0]) == limit
     assert [(m, reason.split(":")[0]) for m, _, _, reason in rejects] == [("m2", "bad name")]
     assert f"over the {sink.dialect.value} limit of {limit}" in rejects[0][3]
+
+
+# Old encoding, service "smart-city": MySQL keeps '-' and '.' as Cygnus's NGSIMySQLSink does (it
+# backtick-quotes), PostgreSQL turns them into '_' (Cygnus's unquoted SQL could not create them).
+SMART_CITY = {
+    Dialect.MYSQL: {
+        "dm-by-entity": ("smart-city", "my.zone-1_car-1.a_Car"),
+        "dm-by-fixed-entity-type": ("smart-city", "Car"),
+        "dm-by-entity-type-database": ("smart-city", "my.zone-1_Car"),
+    },
+    Dialect.POSTGRESQL: {
+        "dm-by-entity": ("smart_city", "my_zone_1_car_1_a_car"),
+        "dm-by-fixed-entity-type": ("smart_city", "car"),
+    },
+}
+
+
+def test_cygnus_names_with_dash_and_dot_land_where_cygnus_puts_them(spark: SparkSession, sink: Sink) -> None:
+    rows = [
+        ev("s1", "car-1.a", "speed", "50", T0, etype="Car", service="smart-city", path="/my.zone-1"),
+        ev("s2", "car-2", "speed", "60", T0 + 1, etype="Car", service="smart-city", path="/other"),
+    ]
+    df = events(spark, rows)
+    for model, (db, table) in SMART_CITY[sink.dialect].items():
+        _, rejects = run(df, sink, HISTORIC, data_model=model)
+        assert rejects == []
+        got = sink.rows(db, table, [fixed_column(c, sink.dialect) for c in ("entityId", "attrValue")])
+        if model == "dm-by-fixed-entity-type":
+            assert got == [("car-1.a", "50"), ("car-2", "60")]  # one table for the type, whatever the path
+        else:
+            assert got == [("car-1.a", "50")]
