@@ -95,17 +95,6 @@ CYGNUS_OLD = [
 ]
 
 
-@pytest.mark.parametrize(("model", "my_db", "my_table", "pg_schema", "pg_table"), CYGNUS_OLD)
-def test_cygnus_names_old_encoding(
-    model: DataModel, my_db: str, my_table: str, pg_schema: str | None, pg_table: str | None
-) -> None:
-    c = cfg(MY, model, False)
-    assert (db_name("smart-city", c), table_name("/my.zone-1", "car-1.a", "Car", c)) == (my_db, my_table)
-    if pg_schema is not None:
-        c = cfg(PG, model, False)
-        assert (db_name("smart-city", c), table_name("/my.zone-1", "car-1.a", "Car", c)) == (pg_schema, pg_table)
-
-
 # New encoding, same names (NGSICharsets.encodeMySQL / encodePostgreSQL): dm-by-fixed-entity-type is
 # the encoded type alone.
 CYGNUS_NEW = [
@@ -118,14 +107,17 @@ CYGNUS_NEW = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("model", "my_db", "my_table", "pg_schema", "pg_table"), CYGNUS_NEW)
-def test_cygnus_names_new_encoding(
-    model: DataModel, my_db: str, my_table: str, pg_schema: str | None, pg_table: str | None
+@pytest.mark.parametrize(
+    ("encoding", "model", "my_db", "my_table", "pg_schema", "pg_table"),
+    [(False, *row) for row in CYGNUS_OLD] + [(True, *row) for row in CYGNUS_NEW],
+)
+def test_cygnus_names(
+    encoding: bool, model: DataModel, my_db: str, my_table: str, pg_schema: str | None, pg_table: str | None
 ) -> None:
-    c = cfg(MY, model, True)
+    c = cfg(MY, model, encoding)
     assert (db_name("smart-city", c), table_name("/my.zone-1", "car-1.a", "Car", c)) == (my_db, my_table)
     if pg_schema is not None:
-        c = cfg(PG, model, True)
+        c = cfg(PG, model, encoding)
         assert (db_name("smart-city", c), table_name("/my.zone-1", "car-1.a", "Car", c)) == (pg_schema, pg_table)
 
 
