@@ -226,6 +226,25 @@ def _run_spark(args: argparse.Namespace) -> int:
     os.execve(cmd[0], cmd, s.server_env(args.log_dir.resolve(), host=args.host))
 
 
+def _configure_config(parser: argparse.ArgumentParser) -> None:
+    from ngsi_assets import cygnus_import
+
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    cygnus_import.configure(
+        actions.add_parser(
+            "import-cygnus",
+            help="turn a Cygnus agent.conf into this platform's SQL sink file and environment",
+            description=cygnus_import.__doc__.split("\n\n")[0] if cygnus_import.__doc__ else None,
+        )
+    )
+
+
+def _run_config(args: argparse.Namespace) -> int:
+    from ngsi_assets import cygnus_import
+
+    return cygnus_import.run(args)
+
+
 COMMANDS: dict[str, Command] = {
     "serve": Command("run the notification receiver", _configure_serve, _run_serve),
     "load": Command("land notifications from files through the receiver's validation", _configure_load, _run_load),
@@ -234,6 +253,7 @@ COMMANDS: dict[str, Command] = {
         "run the main job (message store to every sink) for the landed hours", _configure_materialize, _run_materialize
     ),
     "spark": Command("run a Spark Connect server or a standalone master or worker", _configure_spark, _run_spark),
+    "config": Command("import configuration from other tools (a Cygnus agent.conf)", _configure_config, _run_config),
 }
 
 
