@@ -142,10 +142,19 @@ def historic_tables(
 
 def _stored_last_rows(cfg: SqlSinkConfig, sample: list[Any]) -> dict[tuple, tuple]:
     """(db, table, key...) -> (recvTime, {column: value}) for the sampled keys, read back from the server."""
+    out: dict[tuple, tuple] = {}
+    for database in sorted({r["database"] for r in sample}, key=lambda d: d or ""):
+        out.update(_stored_rows_in(cfg, database, [r for r in sample if r["database"] == database]))
+    return out
+
+
+def _stored_rows_in(cfg: SqlSinkConfig, database: str | None, sample: list[Any]) -> dict[tuple, tuple]:
     import psycopg2
     import pymysql
 
     kwargs = SqlSinksResource.connect_kwargs(cfg)
+    if database is not None:  # a PostgreSQL database per service
+        kwargs["dbname"] = database
     conn = psycopg2.connect(**kwargs) if cfg.dialect is Dialect.POSTGRESQL else pymysql.connect(**kwargs)
     keys = list(cfg.last_data_unique_key)
     out: dict[tuple, tuple] = {}
@@ -160,7 +169,7 @@ def _stored_last_rows(cfg: SqlSinkConfig, sample: list[Any]) -> dict[tuple, tupl
                     [r[k] for k in keys],
                 )
                 got = cur.fetchone()
-                out[(r["db"], r["table"], *[r[k] for k in keys])] = (
+                out[(r["database"], r["db"], r["table"], *[r[k] for k in keys])] = (
                     None if got is None else (got[0], dict(zip(cols[1:], got[1:], strict=True)))
                 )
     finally:
@@ -202,13 +211,13 @@ def last_data(
         # record, or a newer one a later hour wrote.
         sample = (
             rows.where(F.col("op") == "u")
-            .orderBy("db", "table", *cfg.last_data_unique_key)
+            .orderBy("database", "db", "table", *cfg.last_data_unique_key)
             .limit(CHECK_SAMPLE_KEYS)
             .collect()
         )
         stored = _stored_last_rows(cfg, sample)
         for r in sample:
-            key = (r["db"], r["table"], *[r[k] for k in cfg.last_data_unique_key])
+            key = (r["database"], r["db"], r["table"], *[r[k] for k in cfg.last_data_unique_key])
             got = stored[key]
             checked += 1
             if got is None:

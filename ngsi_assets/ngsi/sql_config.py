@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ngsi_assets.ngsi.sql_naming import (
     COLUMN_FIXED,
-    DATABASE_PER_SERVICE,
     DEFAULT_SERVICE,
     DEFAULT_SERVICE_PATH,
+    SCHEMA_PER_PATH,
     DataModel,
     Dialect,
     NamingConfig,
@@ -109,10 +109,10 @@ class SqlSinkConfig(BaseModel):
 
     @model_validator(mode="after")
     def _data_model_of_dialect(self) -> SqlSinkConfig:
-        if self.dialect is Dialect.POSTGRESQL and self.data_model in DATABASE_PER_SERVICE:
+        if self.dialect is Dialect.MYSQL and self.data_model in SCHEMA_PER_PATH:
             raise ValueError(
-                f"data_model {self.data_model.value}: a PostgreSQL database per service is not supported yet; "
-                "use the model without '-database' (one schema per service in the configured database)"
+                f"data_model {self.data_model.value} exists only for PostgreSQL (a schema per service path); "
+                "Cygnus's MySQL sink has no schemas"
             )
         return self
 

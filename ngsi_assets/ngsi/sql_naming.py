@@ -47,15 +47,30 @@ class DataModel(StrEnum):
     BY_ENTITY_DATABASE = "dm-by-entity-database"
     BY_ENTITY_TYPE_DATABASE = "dm-by-entity-type-database"
     BY_FIXED_ENTITY_TYPE_DATABASE = "dm-by-fixed-entity-type-database"
+    # PostgreSQL only: a database per service and a schema per service path.
+    BY_ENTITY_DATABASE_SCHEMA = "dm-by-entity-database-schema"
+    BY_ENTITY_TYPE_DATABASE_SCHEMA = "dm-by-entity-type-database-schema"
+    BY_FIXED_ENTITY_TYPE_DATABASE_SCHEMA = "dm-by-fixed-entity-type-database-schema"
 
 
-# The table naming each model shares (NGSIMySQLSink.buildTableName's case groups).
+# The table naming each model shares (the case groups of NGSIMySQLSink / NGSIPostgreSQLSink.buildTableName).
 _TABLE_MODEL: dict[DataModel, DataModel] = {
     DataModel.BY_ENTITY_DATABASE: DataModel.BY_ENTITY,
     DataModel.BY_ENTITY_TYPE_DATABASE: DataModel.BY_ENTITY_TYPE,
     DataModel.BY_FIXED_ENTITY_TYPE_DATABASE: DataModel.BY_FIXED_ENTITY_TYPE,
+    DataModel.BY_ENTITY_DATABASE_SCHEMA: DataModel.BY_ENTITY,
+    DataModel.BY_ENTITY_TYPE_DATABASE_SCHEMA: DataModel.BY_ENTITY_TYPE,
+    DataModel.BY_FIXED_ENTITY_TYPE_DATABASE_SCHEMA: DataModel.BY_FIXED_ENTITY_TYPE,
 }
-# Models that need a PostgreSQL database per service (not supported yet on PostgreSQL).
+# Models with a PostgreSQL database per service (NGSIPostgreSQLSink.buildDBName); on MySQL the
+# "-database" ones name tables as their base model, and the "-database-schema" ones do not exist.
+SCHEMA_PER_PATH = frozenset(
+    {
+        DataModel.BY_ENTITY_DATABASE_SCHEMA,
+        DataModel.BY_ENTITY_TYPE_DATABASE_SCHEMA,
+        DataModel.BY_FIXED_ENTITY_TYPE_DATABASE_SCHEMA,
+    }
+)
 DATABASE_PER_SERVICE = frozenset(_TABLE_MODEL)
 
 
@@ -123,6 +138,10 @@ class NamingConfig:
 def _finish(name: str, what: str, cfg: NamingConfig) -> str:
     if cfg.enable_lowercase or cfg.dialect is Dialect.POSTGRESQL:
         name = name.lower()
+    return _checked(name, what, cfg)
+
+
+def _checked(name: str, what: str, cfg: NamingConfig) -> str:
     if not name:
         raise NamingError(f"{what} name is empty")
     limit = MAX_NAME_LEN[cfg.dialect]
@@ -141,8 +160,33 @@ def effective_service_path(service_path: str | None, cfg: NamingConfig) -> str:
     return service_path if service_path else cfg.default_service_path
 
 
-def db_name(service: str | None, cfg: NamingConfig) -> str:
-    """The MySQL database, or the PostgreSQL schema, of a fiware-service."""
+def database_name(service: str | None, cfg: NamingConfig) -> str | None:
+    """The PostgreSQL database of a fiware-service under a ``*-database*`` model; None otherwise (the URL's).
+
+    Cygnus's ``NGSIPostgreSQLSink.buildDBName``: ``encodePostgreSQL`` (new encoding) or
+    ``NGSIUtils.encode`` (old encoding, which keeps ``-`` and ``.``: Cygnus passes the name in its JDBC
+    URL, never in SQL, so ``smart-city`` is a database it can use). Not case-folded: a database name
+    in a connection string is taken as written (``enable_lowercase`` still lower-cases it).
+    """
+    if cfg.dialect is not Dialect.POSTGRESQL or cfg.data_model not in DATABASE_PER_SERVICE:
+        return None
+    service = effective_service(service, cfg)
+    name = encode_new(service, cfg.dialect) if cfg.enable_encoding else encode_old(service, Dialect.MYSQL)
+    return _checked(name.lower() if cfg.enable_lowercase else name, "database", cfg)
+
+
+def db_name(service: str | None, cfg: NamingConfig, service_path: str | None = None) -> str:
+    """The MySQL database, or the PostgreSQL schema: of the fiware-service, or of the service path
+    under a ``*-database-schema`` model (``NGSIPostgreSQLSink.buildSchemaName``)."""
+    if cfg.data_model in SCHEMA_PER_PATH:
+        path = effective_service_path(service_path, cfg)
+        if cfg.enable_encoding:
+            name = encode_new(path, cfg.dialect)
+        else:
+            if path == "/":
+                raise NamingError(f"the root service path '/' cannot name a schema with {cfg.data_model.value}")
+            name = encode_old(path[1:] if path.startswith("/") else path, cfg.dialect)
+        return _finish(name, "schema", cfg)
     service = effective_service(service, cfg)
     name = encode_new(service, cfg.dialect) if cfg.enable_encoding else encode_old(service, cfg.dialect)
     kind = "schema" if cfg.dialect is Dialect.POSTGRESQL else "database"

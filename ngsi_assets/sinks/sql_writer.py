@@ -82,13 +82,17 @@ class WriteJob:
 
 @dataclass
 class TableBatch:
-    """Rows for one table, spooled; ``attr_columns`` is the union of their attribute columns."""
+    """Rows for one table, spooled; ``attr_columns`` is the union of their attribute columns.
+
+    ``database`` is the PostgreSQL database of a ``*-database*`` data model (None: the sink URL's).
+    """
 
     db: str
     table: str
     spool: IO[bytes]
     rows: int = 0
     attr_columns: set[str] = field(default_factory=set)
+    database: str | None = None
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         self.spool.seek(0)
@@ -100,11 +104,20 @@ def _get(row: Any, name: str) -> Any:
     return row[name]
 
 
+def _database(row: Any) -> str | None:
+    """The row's ``database``; rows shaped without one (tests, tools) belong to the URL's database."""
+    try:
+        return row["database"]
+    except (KeyError, ValueError):  # a dict, or a pyspark Row, without the field
+        return None
+
+
 def _spool_tables(rows: Iterable[Any], job: WriteJob) -> Iterator[TableBatch]:
-    """Consecutive rows of one (db, table) become one spooled TableBatch (input sorted by table)."""
-    for (db, table), group in itertools.groupby(rows, key=lambda r: (_get(r, "db"), _get(r, "table"))):
+    """Consecutive rows of one (database, db, table) become one spooled TableBatch (input sorted by table)."""
+    key = lambda r: (_database(r), _get(r, "db"), _get(r, "table"))  # noqa: E731
+    for (database, db, table), group in itertools.groupby(rows, key=key):
         with tempfile.SpooledTemporaryFile(max_size=_SPOOL_MEMORY) as spool:
-            batch = TableBatch(db, table, spool)
+            batch = TableBatch(db, table, spool, database=database)
             for r in group:
                 if job.column_mode:
                     attrs = dict(_get(r, "attrs") or {})
@@ -162,9 +175,10 @@ class _Writer:
         self.job = job
         self.cfg = job.config
         self.conn: Any = None
+        self.conn_database: str | None = None  # the database self.conn is on (None: the URL's)
 
     # -- connection -------------------------------------------------------------------------------
-    def _connect(self) -> Any:
+    def _connect(self, database: str | None = None) -> Any:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -216,11 +230,17 @@ class _Writer:
         attempt = 0
         while True:
             try:
+                if self.conn is not None and self.conn_database != batch.database:
+                    self.close()
                 if self.conn is None:
-                    self.conn = self._connect()
+                    self.conn = self._connect(batch.database)
+                    self.conn_database = batch.database
                 self.ensure_table(batch)
                 written = self.write(batch)
-                return {"db": batch.db, "table": batch.table, "rows": batch.rows, "written": written}
+                stats = {"db": batch.db, "table": batch.table, "rows": batch.rows, "written": written}
+                if batch.database is not None:
+                    stats["database"] = batch.database
+                return stats
             except Exception as exc:
                 with contextlib.suppress(Exception):
                     self.conn.rollback()
@@ -310,12 +330,39 @@ class _Writer:
 class _PostgresWriter(_Writer):
     dialect = Dialect.POSTGRESQL
 
-    def _connect(self) -> Any:
+    def _connect(self, database: str | None = None) -> Any:
         import psycopg2
 
-        conn = psycopg2.connect(**self.job.connect_kwargs)
+        kwargs = dict(self.job.connect_kwargs)
+        if database is not None:
+            kwargs["dbname"] = database
+            self._create_database(database)
+        conn = psycopg2.connect(**kwargs)
         conn.autocommit = False
         return conn
+
+    def _create_database(self, database: str) -> None:
+        """CREATE DATABASE for a ``*-database*`` data model, unless it exists (Cygnus needs it made by hand).
+
+        Run from the sink URL's database, outside a transaction as PostgreSQL requires; a concurrent
+        writer creating it first is not an error. Needs the CREATEDB privilege only when it is missing.
+        """
+        import psycopg2
+        from psycopg2 import errorcodes
+
+        admin = psycopg2.connect(**self.job.connect_kwargs)
+        try:
+            admin.autocommit = True
+            with admin.cursor() as cur:
+                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,))
+                if cur.fetchone() is None:
+                    try:
+                        cur.execute(f"CREATE DATABASE {self.q(database)}")
+                    except psycopg2.Error as exc:
+                        if exc.pgcode not in (errorcodes.DUPLICATE_DATABASE, errorcodes.UNIQUE_VIOLATION):
+                            raise
+        finally:
+            admin.close()
 
     def existing_columns(self, cur: Any, batch: TableBatch) -> list[str]:
         cur.execute(
@@ -423,7 +470,7 @@ class _PostgresWriter(_Writer):
 class _MySQLWriter(_Writer):
     dialect = Dialect.MYSQL
 
-    def _connect(self) -> Any:
+    def _connect(self, database: str | None = None) -> Any:
         import pymysql
 
         kwargs = dict(self.job.connect_kwargs)
@@ -549,10 +596,10 @@ _WRITERS: dict[Dialect, type[_Writer]] = {Dialect.POSTGRESQL: _PostgresWriter, D
 
 
 def rows_by_table(stats: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """``{"db.table": rows}`` summed over writer stats (for asset metadata)."""
+    """``{"db.table": rows}`` (``database/db.table`` for a database per service) summed over writer stats."""
     out: dict[str, int] = {}
     for s in stats:
-        key = f"{s['db']}.{s['table']}"
+        key = (f"{s['database']}/" if s.get("database") else "") + f"{s['db']}.{s['table']}"
         out[key] = out.get(key, 0) + int(s["rows"])
     return dict(sorted(out.items()))
 
@@ -560,7 +607,7 @@ def rows_by_table(stats: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 def write_dataframe(rows: Any, job: WriteJob, order: Sequence[str], partitions: int | None = None) -> list[dict]:
     """Write a Spark DataFrame of sink rows from the executors; returns the per-table stats.
 
-    Rows are repartitioned by (db, table) so a table is written by one task (one transaction), and
+    Rows are repartitioned by (database, db, table) so a table is written by one task (one transaction), and
     sorted by ``order`` (table, then key) inside each partition. Only the per-table stats, one small
     dict per table, come back to the driver.
     """
@@ -569,5 +616,6 @@ def write_dataframe(rows: Any, job: WriteJob, order: Sequence[str], partitions: 
     from ngsi_assets.sinks.executors import on_each_partition
 
     n = partitions or int(rows.sparkSession.conf.get("spark.sql.shuffle.partitions"))
-    shaped = rows.repartition(n, F.col("db"), F.col("table")).sortWithinPartitions(*order)
+    by_table = [F.col(c) for c in ("database", "db", "table") if c in rows.columns]
+    shaped = rows.repartition(n, *by_table).sortWithinPartitions(*[c for c in order if c in rows.columns])
     return on_each_partition(shaped, lambda part: write_rows(part, job))

@@ -4,7 +4,8 @@ Pure DataFrame -> DataFrame functions: no I/O, no actions. Names come from the p
 (``ngsi_assets.ngsi.sql_naming``), applied once per distinct naming key (service, service path,
 entity id and type; attribute name) through a Python UDF and joined back.
 
-Shapes handed to ``ngsi_assets.sinks.sql_writer``:
+Shapes handed to ``ngsi_assets.sinks.sql_writer`` (every row also has ``database``: the PostgreSQL
+database of a ``*-database*`` data model, else null for the sink URL's own):
 
 - row mode (historic): one row per event: ``db``, ``table`` and Cygnus's row columns;
 - column mode (historic and last data): one row per notified entity (``messageId``, ``entityIndex``):
@@ -26,6 +27,7 @@ from ngsi_assets.ngsi.sql_naming import (
     Dialect,
     NamingError,
     attribute_column,
+    database_name,
     db_name,
     table_name,
 )
@@ -45,7 +47,12 @@ SQL_SINK_REJECTS = StructType(
     ]
 )
 _NAMES = StructType(
-    [StructField("db", StringType()), StructField("table", StringType()), StructField("error", StringType())]
+    [
+        StructField("database", StringType()),
+        StructField("db", StringType()),
+        StructField("table", StringType()),
+        StructField("error", StringType()),
+    ]
 )
 _COLUMN = StructType([StructField("col", StringType()), StructField("error", StringType())])
 _ATTR = StructType([StructField("value", StringType()), StructField("md", StringType())])
@@ -58,9 +65,14 @@ def _names_udf(cfg: SqlSinkConfig, suffix: str):
 
     def names(service: str | None, path: str | None, entity_id: str, entity_type: str | None) -> tuple:
         try:
-            return (db_name(service, naming), table_name(path, entity_id, entity_type, naming, suffix), None)
+            return (
+                database_name(service, naming),
+                db_name(service, naming, path),
+                table_name(path, entity_id, entity_type, naming, suffix),
+                None,
+            )
         except NamingError as exc:
-            return (None, None, f"bad name: {exc}")
+            return (None, None, None, f"bad name: {exc}")
 
     return F.udf(names, _NAMES, useArrow=False)
 
@@ -81,6 +93,7 @@ def with_sql_names(events: DataFrame, cfg: SqlSinkConfig, sink: str) -> DataFram
     keys = events.select(*_NAME_KEYS).distinct()
     named = keys.select(*_NAME_KEYS, _names_udf(cfg, suffix)(*[F.col(k) for k in _NAME_KEYS]).alias("_n")).select(
         *[F.col(k).alias("_k_" + k) for k in _NAME_KEYS],
+        F.col("_n.database").alias("database"),
         F.col("_n.db").alias("db"),
         F.col("_n.table").alias("table"),
         F.col("_n.error").alias("nameError"),
@@ -133,7 +146,7 @@ def historic_row_mode(events: DataFrame, cfg: SqlSinkConfig) -> tuple[DataFrame,
     """(rows, rejects): one row per event keyed by (db, table, recvTimeTs, entityId, attrName), Cygnus's row layout."""
     named = with_sql_names(events, cfg, HISTORIC)
     reason = F.coalesce(F.col("nameError"), _value_error(cfg.dialect))
-    rows = named.where(reason.isNull()).select("db", "table", *ROW_COLUMNS)
+    rows = named.where(reason.isNull()).select("database", "db", "table", *ROW_COLUMNS)
     return rows, _rejects(named, reason, cfg, HISTORIC)
 
 
@@ -147,7 +160,7 @@ def _entity_records(named: DataFrame) -> DataFrame:
         F.col("datasetId").asc_nulls_first(), F.col("attrName")
     )
     one = named.withColumn("_rank", F.row_number().over(w)).where(F.col("_rank") == 1)
-    return one.groupBy("db", "table", "messageId", "entityIndex").agg(
+    return one.groupBy("database", "db", "table", "messageId", "entityIndex").agg(
         F.first("recvTimeTs").alias("recvTimeTs"),
         F.first("fiwareServicePath").alias("fiwareServicePath"),
         F.first("entityId").alias("entityId"),
@@ -190,6 +203,7 @@ def historic_column_mode(events: DataFrame, cfg: SqlSinkConfig) -> tuple[DataFra
     """(rows, rejects): one row per notified entity keyed by (db, table, messageId, entityIndex)."""
     records, rejects = _column_mode(events, cfg, HISTORIC)
     rows = records.select(
+        "database",
         "db",
         "table",
         column_recv_time(F.col("recvTimeTs")).alias("recvTime"),
@@ -204,7 +218,7 @@ def historic_column_mode(events: DataFrame, cfg: SqlSinkConfig) -> tuple[DataFra
 
 def latest_per_key(records: DataFrame, keys: list[str]) -> DataFrame:
     """The newest record per (db, table, keys): latest receive time, then the latest message and entity."""
-    w = Window.partitionBy("db", "table", *keys).orderBy(
+    w = Window.partitionBy("database", "db", "table", *keys).orderBy(
         F.col("recvTimeTs").desc(), F.col("messageId").desc(), F.col("entityIndex").desc()
     )
     return records.withColumn("_rank", F.row_number().over(w)).where(F.col("_rank") == 1).drop("_rank")
@@ -215,6 +229,7 @@ def last_data_rows(events: DataFrame, cfg: SqlSinkConfig) -> tuple[DataFrame, Da
     records, rejects = _column_mode(events, cfg, LAST_DATA)
     newest = latest_per_key(records, list(cfg.last_data_unique_key))
     rows = newest.select(
+        "database",
         "db",
         "table",
         column_recv_time(F.col("recvTimeTs")).alias("recvTime"),
@@ -238,7 +253,7 @@ def sink_rows(events: DataFrame, cfg: SqlSinkConfig, sink: str) -> tuple[DataFra
 def writer_order(cfg: SqlSinkConfig, sink: str) -> list[str]:
     """Sort columns within a Spark partition: whole tables together, rows in key order inside."""
     if sink == LAST_DATA:
-        return ["db", "table", *cfg.last_data_unique_key]
+        return ["database", "db", "table", *cfg.last_data_unique_key]
     if cfg.attr_persistence.value == "column":
-        return ["db", "table", "recvTimeTs", "entityId", "messageId", "entityIndex"]
-    return ["db", "table", "recvTimeTs", "entityId", "attrName"]
+        return ["database", "db", "table", "recvTimeTs", "entityId", "messageId", "entityIndex"]
+    return ["database", "db", "table", "recvTimeTs", "entityId", "attrName"]

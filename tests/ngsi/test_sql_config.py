@@ -84,10 +84,19 @@ def test_load_from_environment_and_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "model", ["dm-by-entity-database", "dm-by-entity-type-database", "dm-by-fixed-entity-type-database"]
 )
-def test_database_per_service_models_mysql_yes_postgresql_says_not_yet(model: str) -> None:
-    assert SqlSinkConfig(dialect=Dialect.MYSQL, data_model=model).data_model.value == model
-    with pytest.raises(ValueError, match=f"data_model {model}: a PostgreSQL database per service is not supported yet"):
-        SqlSinkConfig(dialect=Dialect.POSTGRESQL, data_model=model)
+def test_database_models_on_both_dialects(model: str) -> None:
+    for dialect in Dialect:
+        assert SqlSinkConfig(dialect=dialect, data_model=model).data_model.value == model
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["dm-by-entity-database-schema", "dm-by-entity-type-database-schema", "dm-by-fixed-entity-type-database-schema"],
+)
+def test_schema_per_service_path_models_are_postgresql_only(model: str) -> None:
+    assert SqlSinkConfig(dialect=Dialect.POSTGRESQL, data_model=model).data_model.value == model
+    with pytest.raises(ValueError, match=f"data_model {model} exists only for PostgreSQL"):
+        SqlSinkConfig(dialect=Dialect.MYSQL, data_model=model)
 
 
 def test_fixed_entity_type_model_on_both_dialects() -> None:

@@ -10,6 +10,7 @@ from ngsi_assets.ngsi.sql_naming import (
     NamingConfig,
     NamingError,
     attribute_column,
+    database_name,
     db_name,
     encode_new,
     encode_old,
@@ -224,3 +225,60 @@ def test_attribute_columns() -> None:
 def test_quote_ident_doubles_quotes() -> None:
     assert quote_ident('a"b', PG) == '"a""b"'
     assert quote_ident("a`b", MY) == "`a``b`"
+
+
+# PostgreSQL's database-per-service models, service "smart-city", path "/my.zone-1", entity "car-1.a"
+# of type "Car": NGSIPostgreSQLSink.buildDBName (the JDBC URL's database: NGSIUtils.encode keeps '-'
+# and '.', no case folding), buildSchemaName (the service, or the service path for
+# *-database-schema) and buildTableName (as the model without "-database...").
+PG_DATABASE_MODELS = [
+    # model, encoding, database, schema, table
+    ("dm-by-entity-database", False, "smart-city", "smart_city", "my_zone_1_car_1_a_car"),
+    ("dm-by-entity-database-schema", False, "smart-city", "my_zone_1", "my_zone_1_car_1_a_car"),
+    ("dm-by-entity-type-database", False, "smart-city", "smart_city", "my_zone_1_car"),
+    ("dm-by-entity-type-database-schema", False, "smart-city", "my_zone_1", "my_zone_1_car"),
+    ("dm-by-fixed-entity-type-database", False, "smart-city", "smart_city", "car"),
+    ("dm-by-fixed-entity-type-database-schema", False, "smart-city", "my_zone_1", "car"),
+    ("dm-by-entity-database", True, "smartx002dcity", "smartx002dcity",
+     "x002fmyx002ezonex002d1xffffcarx002d1x002eaxffffx0043ar"),
+    ("dm-by-entity-database-schema", True, "smartx002dcity", "x002fmyx002ezonex002d1",
+     "x002fmyx002ezonex002d1xffffcarx002d1x002eaxffffx0043ar"),
+    ("dm-by-entity-type-database-schema", True, "smartx002dcity", "x002fmyx002ezonex002d1",
+     "x002fmyx002ezonex002d1xffffcar"),
+    ("dm-by-fixed-entity-type-database-schema", True, "smartx002dcity", "x002fmyx002ezonex002d1", "x0043ar"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("model", "encoding", "database", "schema", "table"), PG_DATABASE_MODELS)
+def test_postgresql_database_per_service_models(
+    model: str, encoding: bool, database: str, schema: str, table: str
+) -> None:
+    c = cfg(PG, DataModel(model), encoding)
+    got = (
+        database_name("smart-city", c),
+        db_name("smart-city", c, "/my.zone-1"),
+        table_name("/my.zone-1", "car-1.a", "Car", c),
+    )
+    assert got == (database, schema, table)
+    # MySQL has no separate database: the "-database" models name the database as the service.
+    if not model.endswith("-schema"):
+        assert database_name("smart-city", cfg(MY, DataModel(model), encoding)) is None
+
+
+def test_database_name_keeps_case_unless_lowercase_and_other_models_have_none() -> None:
+    assert database_name("Smart-City", cfg(PG, DataModel.BY_ENTITY_DATABASE)) == "Smart-City"
+    assert database_name("Smart-City", cfg(PG, DataModel.BY_ENTITY_DATABASE, lower=True)) == "smart-city"
+    assert database_name("Smart-City", cfg(PG, E)) is None
+    with pytest.raises(
+        NamingError, match="database name 'xxxx.*' is 64 characters long, over the postgresql limit of 63"
+    ):
+        database_name("x" * 64, cfg(PG, DataModel.BY_ENTITY_DATABASE))
+
+
+def test_root_path_cannot_name_a_schema_with_the_old_encoding() -> None:
+    c = cfg(PG, DataModel.BY_ENTITY_DATABASE_SCHEMA)
+    with pytest.raises(
+        NamingError, match="the root service path '/' cannot name a schema with dm-by-entity-database-schema"
+    ):
+        db_name("s", c, "/")
+    assert db_name("s", cfg(PG, DataModel.BY_ENTITY_DATABASE_SCHEMA, True), "/") == "x002f"

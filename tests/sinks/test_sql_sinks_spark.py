@@ -201,3 +201,61 @@ def test_cygnus_names_with_dash_and_dot_land_where_cygnus_puts_them(spark: Spark
             assert got == [("car-1.a", "50"), ("car-2", "60")]  # one table for the type, whatever the path
         else:
             assert got == [("car-1.a", "50")]
+
+
+def _pg_rows(kwargs: dict[str, Any], database: str, sql: str) -> list[tuple]:
+    import psycopg2
+
+    conn = psycopg2.connect(**{**kwargs, "dbname": database})
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            return sorted(cur.fetchall())
+    finally:
+        conn.close()
+
+
+def test_postgresql_database_per_service_and_schema_per_path(spark: SparkSession, postgres_db_url: str) -> None:
+    """Cygnus's dm-by-*-database(-schema) models: the writer creates the service's database, then the
+    schema (service, or service path) and table in it, as NGSIPostgreSQLSink names them."""
+    import uuid
+
+    import psycopg2
+
+    s = Sink(Dialect.POSTGRESQL, postgres_db_url, [])
+    service = f"smart-city-{uuid.uuid4().hex[:8]}"
+    rows = [
+        ev("s1", "car-1.a", "speed", "50", T0, etype="Car", service=service, path="/my.zone-1"),
+        ev("s2", "car-2", "speed", "60", T0 + 1, etype="Car", service=service, path="/other"),
+        ev("s3", "car-2", "speed", "70", T0 + 2, etype="Car", service=service, path="/other"),
+    ]
+    df = events(spark, rows)
+    try:
+        stats, rejects = run(df, s, HISTORIC, data_model="dm-by-entity-type-database-schema")
+        assert rejects == []
+        assert sorted((st["database"], st["db"], st["table"]) for st in stats) == [
+            (service, "my_zone_1", "my_zone_1_car"),
+            (service, "other", "other_car"),
+        ]
+        kwargs = s.connect_kwargs()
+        got = _pg_rows(kwargs, service, "SELECT entityid, attrvalue FROM my_zone_1.my_zone_1_car")
+        assert got == [("car-1.a", "50")]
+        assert _pg_rows(kwargs, service, "SELECT entityid, attrvalue FROM other.other_car") == [
+            ("car-2", "60"),
+            ("car-2", "70"),
+        ]
+        # Last data in the same database, schema per service (dm-by-entity-database), twice: no change.
+        for _ in range(2):
+            _, rejects = run(df, s, LAST_DATA, data_model="dm-by-entity-database", last_data_mode="upsert")
+            assert rejects == []
+        schema = service.replace("-", "_")
+        got = _pg_rows(kwargs, service, f'SELECT entityid, speed FROM "{schema}".other_car_2_car_last_data')
+        assert got == [("car-2", "70")]
+        # Nothing landed in the sink URL's own database.
+        assert s.tables(schema) == [] and s.tables("other") == []
+    finally:
+        conn = psycopg2.connect(**s.connect_kwargs())
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{service}"')
+        conn.close()
