@@ -21,6 +21,7 @@ the platform loads; a value they refuse is left out and reported with the valida
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -409,13 +410,15 @@ def sql_yaml(result: CygnusImport) -> str:
 
 
 def env_lines(result: CygnusImport, sql_path: Path | None) -> list[str]:
-    lines = []
+    """``NAME=value`` lines a POSIX shell can source (``set -a; . ngsi.env``): values are shell-quoted,
+    so a URL's ``&`` or a password's ``$`` stays part of the value."""
+    values: list[tuple[str, str]] = []
     if result.sql and sql_path is not None:
-        lines.append(f"{CONFIG_ENV}={sql_path}")
+        values.append((CONFIG_ENV, str(sql_path)))
     if result.mongo_url:
-        lines.append(f"NGSI_MONGO_URL={result.mongo_url}")
-    lines += [f"{k}={v}" for k, v in sorted(result.sth_env.items())]
-    return lines
+        values.append(("NGSI_MONGO_URL", result.mongo_url))
+    values += sorted(result.sth_env.items())
+    return [f"{k}={shlex.quote(v)}" for k, v in values]
 
 
 def write_outputs(result: CygnusImport, out_dir: Path) -> list[Path]:

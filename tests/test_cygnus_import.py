@@ -3,7 +3,9 @@ through the platform's own loaders."""
 
 from __future__ import annotations
 
+import shlex
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,12 @@ def _load(name: str, agent: str | None = None):  # noqa: ANN202
 
 
 def _env_file(path: Path) -> dict[str, str]:
-    return dict(line.split("=", 1) for line in path.read_text().splitlines() if line)
+    """The variables a POSIX shell gets from ``set -a; . ngsi.env``."""
+    script = f"set -a; . {shlex.quote(str(path))}; env -0"
+    out = subprocess.run(["sh", "-c", script], env={}, capture_output=True, check=True).stdout.decode()
+    return dict(
+        item.split("=", 1) for item in out.split("\0") if item and not item.startswith(("PWD=", "SHLVL=", "_="))
+    )
 
 
 def test_documentation_examples_carry_every_sink_parameter_the_platform_has(tmp_path: Path) -> None:
