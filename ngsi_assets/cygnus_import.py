@@ -242,14 +242,16 @@ def _not_carried(out: CygnusImport, key: str, param: str, value: str) -> None:
         out.not_carried.append(NotCarried(key, NOT_CARRIED[param]))
 
 
-def _sql_sink(values: Mapping[str, Any]) -> SqlSinkConfig:
-    """Validate a section as the platform will load it: the sink's parameters, then its URL."""
+def _url_problem(dialect: Dialect, url: str) -> str | None:
+    """Why the platform's SQL resource would refuse ``url`` (None: it accepts it)."""
     from resources.sql import MySQLResource, PostgresResource
 
-    cfg = SqlSinkConfig(**values)
-    resource = PostgresResource if cfg.dialect is Dialect.POSTGRESQL else MySQLResource
-    resource(url=cfg.url).connect_kwargs()
-    return cfg
+    resource = PostgresResource if dialect is Dialect.POSTGRESQL else MySQLResource
+    try:
+        resource(url=url).connect_kwargs()
+    except (ValueError, ValidationError) as exc:
+        return " ".join(str(exc).split())
+    return None
 
 
 def _import_sql(
@@ -298,9 +300,13 @@ def _import_sql(
         out.not_carried.append(
             NotCarried(f"{key}type", "NGSIPostgisSink imported as a PostgreSQL sink: no geometry columns")
         )
-    values["url"] = _sql_url(dialect, conn)
-    keys["url"] = f"{key}{prefix}host"
-    section = _validated(_sql_sink, values, keys, out)
+    url = _sql_url(dialect, conn)
+    problem = _url_problem(dialect, url)
+    if problem is None:
+        values["url"] = url
+    else:
+        out.not_carried.append(NotCarried(f"{key}{prefix}host", f"no usable connection URL: {problem}"))
+    section = _validated(lambda v: SqlSinkConfig(**v), values, keys, out)
     section.pop("dialect")
     out.sql[dialect] = section
     out.sql_sink_names[dialect] = name

@@ -188,3 +188,20 @@ def test_cli_writes_the_files_and_fails_cleanly(tmp_path: Path, capsys: pytest.C
     assert "missing.conf" in capsys.readouterr().err
     assert main(["config", "import-cygnus", str(FIXTURES / "last_data_agent.conf")]) == 2
     assert "choose one with --agent" in capsys.readouterr().err
+
+
+def test_connection_parameters_the_platform_cannot_use_are_reported_not_crashed_on() -> None:
+    text = "\n".join(
+        [
+            "a.sinks = s",
+            "a.sinks.s.type = com.telefonica.iot.cygnus.sinks.NGSIPostgreSQLSink",
+            "a.sinks.s.postgresql_host = db.example.org",
+            "a.sinks.s.postgresql_port = not-a-port",
+        ]
+    )
+    result = import_agent_conf(text)
+    assert "url" not in result.sql[Dialect.POSTGRESQL]  # the section loads, as a sink with no server
+    (note,) = result.not_carried
+    assert note.key == "a.sinks.s.postgresql_host"
+    assert note.reason.startswith("no usable connection URL: ")
+    assert "not-a-port" in note.reason
