@@ -1,5 +1,8 @@
 """Historic tables and last-data tables in PostgreSQL and MySQL: thin shells around the transforms and the writer."""
 
+import dataclasses
+import hashlib
+import json
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -15,7 +18,7 @@ from dagster import (
     asset,
 )
 from dagster_pyspark import LazyPySparkResource
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ngsi_assets.assets.ingest import ngsi_events
@@ -24,13 +27,24 @@ from ngsi_assets.ngsi.sql_naming import Dialect, fixed_column, quote_ident
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.sinks.sql_writer import HISTORIC, LAST_DATA, WriteJob, rows_by_table, write_dataframe
 from ngsi_assets.transforms.schemas import NGSI_EVENTS
-from ngsi_assets.transforms.sql_sinks import SQL_SINK_REJECTS, sink_rows, writer_order
+from ngsi_assets.transforms.sql_sinks import (
+    LAST_DATA_STATE,
+    LAST_DATA_STATE_BUCKETS,
+    SQL_SINK_REJECTS,
+    TS_FALLBACK,
+    last_data_output,
+    last_data_records,
+    merge_last_data_state,
+    sink_rows,
+    writer_order,
+)
 from resources.lake import LakeResource, key_to_dt
 from resources.sql_sinks import SqlSinksResource
 
 GROUP = "sql_sinks"
 NOT_CONFIGURED = "no SQL sink configured: set NGSI_POSTGRES_URL / NGSI_MYSQL_URL or NGSI_SQL_SINKS_CONFIG"
 CHECK_SAMPLE_KEYS = 20
+LAST_DATA_STATE_DATASET = "last_data_state"
 _HOUR_MS = 3_600_000
 
 
@@ -41,6 +55,70 @@ def hour_ranges(partition_keys: Sequence[str]) -> tuple[tuple[int, int], ...]:
         start = int(datetime.strptime(key_to_dt(key), "%Y-%m-%d-%H").replace(tzinfo=UTC).timestamp()) * 1000
         out.append((start, start + _HOUR_MS))
     return tuple(out)
+
+
+def state_folder(cfg: SqlSinkConfig) -> str:
+    """The ``last_data_state`` subfolder of a sink: its dialect and a fingerprint of what shapes the state.
+
+    A change of naming, unique key or timestamp key starts a new state (the old one stays, unused).
+    """
+    shape = {
+        "version": 1,
+        "buckets": LAST_DATA_STATE_BUCKETS,
+        "naming": {k: str(v) for k, v in dataclasses.asdict(cfg.naming).items()},
+        "suffix": cfg.last_data_table_suffix,
+        "unique_key": cfg.last_data_unique_key,
+        "timestamp_key": cfg.last_data_timestamp_key,
+        "timestamp_format": cfg.timestamp_format,
+    }
+    digest = hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{cfg.dialect.value}-{digest}"
+
+
+def _merge_last_data(
+    session: SparkSession, lake: LakeResource, events: DataFrame, cfg: SqlSinkConfig
+) -> tuple[DataFrame, DataFrame, dict[str, Any]]:
+    """Merge the run's records into the stored state of the keys' buckets; the touched keys' rows.
+
+    The state is written before any row reaches the server, so a run killed after it is rerun from
+    the same state (the merge is idempotent) and writes the same rows.
+    """
+    records, rejects = last_data_records(events, cfg)
+    records = records.persist()
+    per_bucket = (
+        records.groupBy("bucket")
+        .agg(F.count("*").alias("n"), F.sum(F.col(TS_FALLBACK).cast("int")).alias("fallbacks"))
+        .collect()
+    )
+    touched = sorted(int(r["bucket"]) for r in per_bucket)
+    folder = state_folder(cfg)
+    increment = records.select(*LAST_DATA_STATE.fieldNames())
+    old = lake.read_folders(
+        session, LAST_DATA_STATE_DATASET, "bucket", touched, subfolder=folder, schema=LAST_DATA_STATE
+    )
+    merged = merge_last_data_state(increment if old is None else old.unionByName(increment), cfg)
+    lake.replace_folders(merged, LAST_DATA_STATE_DATASET, "bucket", touched, subfolder=folder)
+    state = lake.read_folders(
+        session, LAST_DATA_STATE_DATASET, "bucket", touched, subfolder=folder, schema=LAST_DATA_STATE
+    )
+    keys = ["database", "db", "table", *cfg.last_data_unique_key]
+    wanted = records.select(*[F.col(k).alias("_k_" + k) for k in keys]).distinct()
+    rows = (
+        last_data_output(state.join(wanted, [state[k].eqNullSafe(wanted["_k_" + k]) for k in keys], "left_semi"), cfg)
+        if state is not None
+        else last_data_output(merged.limit(0), cfg)
+    )
+    records.unpersist()
+    return (
+        rows,
+        rejects,
+        {
+            "timestamp_key": cfg.last_data_timestamp_key,
+            "timestamp_fallbacks": sum(int(r["fallbacks"] or 0) for r in per_bucket),
+            "state_buckets_rewritten": len(touched),
+            "state_folder": folder,
+        },
+    )
 
 
 def _run_sink(
@@ -64,7 +142,11 @@ def _run_sink(
     all_rejects: DataFrame | None = None
     metadata: dict[str, Any] = {}
     for dialect, cfg in sorted(enabled.items()):
-        rows, rejects = sink_rows(events, cfg, sink)
+        if sink == LAST_DATA:
+            rows, rejects, state_metadata = _merge_last_data(session, lake, events, cfg)
+            metadata.update({f"{dialect.value}_{k}": v for k, v in state_metadata.items()})
+        else:
+            rows, rejects = sink_rows(events, cfg, sink)
         rows = rows.persist()
         job = WriteJob(
             config=cfg,

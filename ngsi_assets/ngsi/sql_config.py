@@ -24,10 +24,14 @@ from ngsi_assets.ngsi.sql_naming import (
     DataModel,
     Dialect,
     NamingConfig,
+    attribute_column,
+    fixed_column,
 )
+from ngsi_assets.ngsi.sql_timestamp import TimestampFormatError, spark_pattern
 
 CONFIG_ENV = "NGSI_SQL_SINKS_CONFIG"
 URL_ENV = {Dialect.POSTGRESQL: "NGSI_POSTGRES_URL", Dialect.MYSQL: "NGSI_MYSQL_URL"}
+RECV_TIME = "recvTime"
 DEFAULT_TIMESTAMP_FORMAT = {Dialect.POSTGRESQL: "YYYY-MM-DD HH24:MI:SS.MS", Dialect.MYSQL: "%Y-%m-%d %H:%i:%s.%f"}
 
 
@@ -119,12 +123,41 @@ class SqlSinkConfig(BaseModel):
     @field_validator("last_data_timestamp_key")
     @classmethod
     def _timestamp_key(cls, value: str) -> str:
-        if value != "recvTime":
+        # Cygnus compares the key case-insensitively (NGSIGenericColumnAggregator.aggregate).
+        if value.lower() == RECV_TIME.lower():
+            return RECV_TIME
+        if not value.strip():
+            raise ValueError("last_data_timestamp_key is empty: use recvTime or an attribute such as TimeInstant")
+        if value.lower() in {c.lower() for c in COLUMN_FIXED}:
             raise ValueError(
-                "last_data_timestamp_key: only recvTime is supported (the receive time, written as "
-                "'YYYY-MM-DD HH:MM:SS.mmm')"
+                f"last_data_timestamp_key {value!r} is not a time: use recvTime or an attribute such as TimeInstant"
             )
         return value
+
+    @model_validator(mode="after")
+    def _timestamp_format(self) -> SqlSinkConfig:
+        if self.last_data_timestamp_key != RECV_TIME:
+            try:
+                spark_pattern(self.timestamp_format, self.dialect)
+            except TimestampFormatError as exc:
+                raise ValueError(f"last_data_sql_timestamp_format: {exc}") from None
+        return self
+
+    @property
+    def timestamp_pattern(self) -> str:
+        """The Spark pattern that reads the timestamp key as the server's format does."""
+        return spark_pattern(self.timestamp_format, self.dialect)
+
+    @property
+    def timestamp_is_recv_time(self) -> bool:
+        return self.last_data_timestamp_key == RECV_TIME
+
+    @property
+    def timestamp_column(self) -> str:
+        """The last-data column the guard compares: recvTime's, or the timestamp attribute's column."""
+        if self.timestamp_is_recv_time:
+            return fixed_column(RECV_TIME, self.dialect)
+        return attribute_column(self.last_data_timestamp_key, self.dialect)
 
     @field_validator("batch_retry_intervals")
     @classmethod

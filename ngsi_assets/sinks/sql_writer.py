@@ -127,6 +127,9 @@ def _spool_tables(rows: Iterable[Any], job: WriteJob) -> Iterator[TableBatch]:
                         _get(r, "op") if job.sink == LAST_DATA else OP_UPSERT,
                     )
                     batch.attr_columns.update(attrs)
+                    if job.sink == LAST_DATA and not job.config.timestamp_is_recv_time:
+                        # The guard compares this column: it must exist even if no row carries it.
+                        batch.attr_columns.add(job.config.timestamp_column)
                 else:
                     item = tuple(_get(r, c) for c in ROW_COLUMNS)
                 # One pickle per row: a shared Pickler would memoize (hold) every row it has written.
@@ -428,9 +431,11 @@ class _PostgresWriter(_Writer):
         cur.execute(
             f"SELECT 1 FROM {self.qt(batch)} t JOIN {stage} s ON {on_keys} ORDER BY {key_order} FOR UPDATE OF t"
         )
-        ts = self.q(self.fixed(self.cfg.last_data_timestamp_key))
+        ts = self.q(self.cfg.timestamp_column)
         fmt = self.cfg.timestamp_format
-        newer = f"to_timestamp(t.{ts}::text, %s) < to_timestamp(EXCLUDED.{ts}::text, %s)"
+        # Cygnus's guard (stored older than incoming), except that an equal time also updates: the
+        # incoming row is the key's merged state, which may add columns at the same time.
+        newer = f"NOT COALESCE(to_timestamp(t.{ts}::text, %s) > to_timestamp(EXCLUDED.{ts}::text, %s), FALSE)"
         sets = []
         for c in cols:
             if c in keys:
@@ -455,7 +460,7 @@ class _PostgresWriter(_Writer):
         s_ts = f"to_timestamp(s.{ts}::text, %s)"
         cur.execute(
             f"DELETE FROM {self.qt(batch)} t USING {stage} s WHERE s.op = %s AND {on_keys} "
-            f"AND to_timestamp(t.{ts}::text, %s) <= {s_ts}",
+            f"AND NOT COALESCE(to_timestamp(t.{ts}::text, %s) > {s_ts}, FALSE)",
             (OP_DELETE, fmt, fmt),
         )
         return written + cur.rowcount
@@ -547,9 +552,10 @@ class _MySQLWriter(_Writer):
                 f"ORDER BY {key_order} FOR UPDATE",
                 [r[i] for r in chunk for i in key_idx],
             )
-        ts_name = self.fixed(self.cfg.last_data_timestamp_key)
+        ts_name = self.cfg.timestamp_column
         ts = self.q(ts_name)
-        newer = f"(STR_TO_DATE({ts}, %s) < STR_TO_DATE(VALUES({ts}), %s))"
+        # See the PostgreSQL writer: stored newer than incoming leaves the row untouched.
+        newer = f"(NOT COALESCE(STR_TO_DATE({ts}, %s) > STR_TO_DATE(VALUES({ts}), %s), FALSE))"
         fmt = self.cfg.timestamp_format
         fixed = {self.fixed(f) for f in COLUMN_FIXED}
         sets: list[str] = []
@@ -570,7 +576,11 @@ class _MySQLWriter(_Writer):
         # The timestamp column last: MySQL applies assignments left to right, and every condition
         # above compares against the stored timestamp.
         if ts_name not in keys:
-            sets.append(f"{ts} = IF({newer}, VALUES({ts}), {ts})")
+            if ts_name in fixed:
+                sets.append(f"{ts} = IF({newer}, VALUES({ts}), {ts})")
+            else:
+                md = self.q(ts_name + MD_SUFFIX)
+                sets.append(f"{ts} = IF({newer} AND VALUES({md}) IS NOT NULL, VALUES({ts}), {ts})")
             params += [fmt, fmt]
         written = 0
         upserts = (v[:-1] for v in self.values(batch) if v[-1] == OP_UPSERT)
@@ -583,7 +593,9 @@ class _MySQLWriter(_Writer):
         deletes = [(*[v[i] for i in key_idx], fmt, v[ts_idx], fmt) for v in self.values(batch) if v[-1] == OP_DELETE]
         if deletes:
             cur.executemany(
-                f"DELETE FROM {table} WHERE {key_match} AND STR_TO_DATE({ts}, %s) <= STR_TO_DATE(%s, %s)", deletes
+                f"DELETE FROM {table} WHERE {key_match} "
+                f"AND NOT COALESCE(STR_TO_DATE({ts}, %s) > STR_TO_DATE(%s, %s), FALSE)",
+                deletes,
             )
             written += len(deletes)
         return written

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import MapType, StringType, StructField, StructType
+from pyspark.sql.types import IntegerType, LongType, MapType, StringType, StructField, StructType
 
 from ngsi_assets.ngsi.sql_config import SqlSinkConfig
 from ngsi_assets.ngsi.sql_naming import (
@@ -216,29 +216,217 @@ def historic_column_mode(events: DataFrame, cfg: SqlSinkConfig) -> tuple[DataFra
     return rows, rejects
 
 
-def latest_per_key(records: DataFrame, keys: list[str]) -> DataFrame:
-    """The newest record per (db, table, keys): latest receive time, then the latest message and entity."""
-    w = Window.partitionBy("database", "db", "table", *keys).orderBy(
-        F.col("recvTimeTs").desc(), F.col("messageId").desc(), F.col("entityIndex").desc()
+# ---------------------------------------------------------------------------------------------------
+# Last data: a merge of every record of a key, whatever order its records and runs come in.
+#
+# A key's last-data row is a function of the *set* of its records, each ordered by (ts, messageId,
+# entityIndex), where ts is the record's timestamp key (its receive time, or an attribute such as
+# TimeInstant parsed with last_data_sql_timestamp_format; a record whose attribute is missing or does
+# not parse falls back to its receive time):
+# - each attribute column holds the value of the newest record that carried it;
+# - the fixed columns come from the newest update record;
+# - the newest entityDelete is the key's tombstone: attributes no newer than it are dropped, and the
+#   row exists only while an update is newer than it (an older update never resurrects the row).
+# The merge is associative, commutative and idempotent, so the state a run stores (``last_data_state``)
+# can be merged with any later increment, and a rerun of any hour changes nothing.
+
+# Order of records: struct comparison is lexicographic over (ts, msg, idx).
+_ORDER = StructType(
+    [StructField("ts", LongType()), StructField("msg", StringType()), StructField("idx", IntegerType())]
+)
+_STATE_ATTR = StructType(
+    [
+        StructField("value", StringType()),
+        StructField("md", StringType()),
+        StructField("ts", LongType()),
+        StructField("msg", StringType()),
+        StructField("idx", IntegerType()),
+    ]
+)
+LAST_DATA_STATE = StructType(
+    [
+        StructField("database", StringType()),
+        StructField("db", StringType()),
+        StructField("table", StringType()),
+        StructField("recvTime", StringType()),
+        StructField("fiwareServicePath", StringType()),
+        StructField("entityId", StringType()),
+        StructField("entityType", StringType()),
+        StructField("upd", _ORDER),  # the newest update record (null: none)
+        StructField("del", _ORDER),  # the newest entityDelete record: the tombstone (null: none)
+        StructField("attrs", MapType(StringType(), _STATE_ATTR)),
+        StructField("bucket", IntegerType()),
+    ]
+)
+LAST_DATA_STATE_BUCKETS = 64
+TS_FALLBACK = "tsFallback"
+
+
+def _order(ts: Column, msg: Column, idx: Column) -> Column:
+    return F.struct(ts.alias("ts"), msg.alias("msg"), idx.alias("idx")).cast(_ORDER)
+
+
+def state_bucket(cfg: SqlSinkConfig, buckets: int = LAST_DATA_STATE_BUCKETS) -> Column:
+    """The state bucket of a last-data key: (database, db, table, last_data_unique_key) hashed."""
+    parts = [F.coalesce(F.col(c), F.lit("")) for c in ("database", "db", "table", *cfg.last_data_unique_key)]
+    return F.pmod(F.xxhash64(*parts), F.lit(buckets)).cast("int")
+
+
+def record_timestamp(records: DataFrame, events: DataFrame, cfg: SqlSinkConfig) -> DataFrame:
+    """Add ``ts`` (ms) and ``tsFallback`` to per-entity records: the timestamp key, else the receive time.
+
+    With an attribute as the key (matched case-insensitively, as Cygnus does), its value is parsed with
+    the Spark pattern of ``last_data_sql_timestamp_format``; a value that does not parse is removed from
+    the record's columns (the server could not compare it either) and the record uses its receive time.
+    """
+    if cfg.timestamp_is_recv_time:
+        return records.withColumn("ts", F.col("recvTimeTs")).withColumn(TS_FALLBACK, F.lit(False))
+    key = cfg.last_data_timestamp_key.lower()
+    parsed = F.try_to_timestamp(F.col("attrValue"), F.lit(cfg.timestamp_pattern))
+    found = (
+        events.where(F.lower(F.col("attrName")) == key)
+        .groupBy("messageId", "entityIndex")
+        .agg(
+            # Several instances (NGSI-LD datasetIds): the default one, then the smallest name.
+            F.min_by(
+                F.struct(parsed.alias("at"), F.col("attrName").alias("name")),
+                F.struct(F.col("datasetId").isNotNull(), F.col("datasetId"), F.col("attrName")),
+            ).alias("_t")
+        )
+        .select(
+            F.col("messageId").alias("_tm"),
+            F.col("entityIndex").alias("_ti"),
+            (F.unix_micros(F.col("_t.at")) / 1000).cast("long").alias("_ts"),
+            F.col("_t.name").alias("_tname"),
+        )
     )
-    return records.withColumn("_rank", F.row_number().over(w)).where(F.col("_rank") == 1).drop("_rank")
+    joined = records.join(
+        found, (records["messageId"] == found["_tm"]) & (records["entityIndex"] == found["_ti"]), "left"
+    )
+    ts_col = cfg.timestamp_column
+    return joined.select(
+        *[c for c in records.columns if c != "attrs"],
+        F.when(F.col("_ts").isNull(), F.map_filter(F.col("attrs"), lambda k, _v: F.lower(k) != F.lit(ts_col.lower())))
+        .otherwise(F.col("attrs"))
+        .alias("attrs"),
+        F.coalesce(F.col("_ts"), F.col("recvTimeTs")).alias("ts"),
+        F.col("_ts").isNull().alias(TS_FALLBACK),
+    )
 
 
-def last_data_rows(events: DataFrame, cfg: SqlSinkConfig) -> tuple[DataFrame, DataFrame]:
-    """(rows, rejects): the newest record per (db, table, last_data_unique_key) in the batch, with ``op``."""
+def last_data_records(events: DataFrame, cfg: SqlSinkConfig) -> tuple[DataFrame, DataFrame]:
+    """(records, rejects): one ``LAST_DATA_STATE`` row per notified entity, plus ``tsFallback``."""
     records, rejects = _column_mode(events, cfg, LAST_DATA)
-    newest = latest_per_key(records, list(cfg.last_data_unique_key))
-    rows = newest.select(
+    records = record_timestamp(records, events, cfg)
+    is_delete = F.coalesce(F.col("alterationType") == ENTITY_DELETE, F.lit(False))
+    order = _order(F.col("ts"), F.col("messageId"), F.col("entityIndex"))
+    state = records.select(
         "database",
         "db",
         "table",
         column_recv_time(F.col("recvTimeTs")).alias("recvTime"),
         *COLUMN_FIXED[1:],
-        "attrs",
-        F.when(F.col("alterationType") == ENTITY_DELETE, F.lit(OP_DELETE)).otherwise(F.lit(OP_UPSERT)).alias("op"),
-        "recvTimeTs",
+        F.when(~is_delete, order).alias("upd"),
+        F.when(is_delete, order).alias("del"),
+        F.when(
+            ~is_delete,
+            F.transform_values(
+                F.col("attrs"),
+                lambda _k, v: F.struct(
+                    v["value"].alias("value"),
+                    v["md"].alias("md"),
+                    F.col("ts").alias("ts"),
+                    F.col("messageId").alias("msg"),
+                    F.col("entityIndex").alias("idx"),
+                ),
+            ),
+        )
+        .otherwise(F.create_map())
+        .cast(LAST_DATA_STATE["attrs"].dataType)
+        .alias("attrs"),
+        state_bucket(cfg).alias("bucket"),
+        F.col(TS_FALLBACK),
     )
-    return rows, rejects
+    return state, rejects
+
+
+def merge_last_data_state(state: DataFrame, cfg: SqlSinkConfig) -> DataFrame:
+    """Merge ``LAST_DATA_STATE`` rows into one per key (see the rules above); tombstoned attributes dropped."""
+    keys = ["database", "db", "table", *cfg.last_data_unique_key]
+    fixed_names = [c for c in ("recvTime", *COLUMN_FIXED[1:]) if c not in cfg.last_data_unique_key]
+    # The fixed columns of the newest update, or of the newest delete for a key that has only deletes.
+    chooser = F.struct(F.col("upd").isNotNull().alias("u"), F.coalesce(F.col("upd"), F.col("del")).alias("o"))
+    rows = state.groupBy(*keys).agg(
+        F.max("upd").alias("upd"),
+        F.max("del").alias("del"),
+        F.max_by(F.struct(*[F.col(c) for c in fixed_names]), chooser).alias("_f")
+        if fixed_names
+        else F.lit(None).alias("_f"),
+        F.first("bucket").alias("bucket"),
+    )
+    entries = state.select(*keys, F.explode(F.col("attrs")).alias("col", "a"))
+    newest = entries.groupBy(*keys, "col").agg(
+        F.max_by(F.col("a"), _order(F.col("a.ts"), F.col("a.msg"), F.col("a.idx"))).alias("a")
+    )
+    attrs = newest.groupBy(*keys).agg(
+        F.map_from_entries(F.array_sort(F.collect_list(F.struct("col", "a")))).alias("attrs")
+    )
+    cond = [rows[k].eqNullSafe(attrs[k]) for k in keys]
+    merged = rows.join(attrs, cond, "left").select(
+        *[rows[k] for k in keys], rows["upd"], rows["del"], rows["_f"], rows["bucket"], attrs["attrs"]
+    )
+    live = F.map_filter(
+        F.coalesce(F.col("attrs"), F.create_map().cast(LAST_DATA_STATE["attrs"].dataType)),
+        lambda _k, v: F.col("del").isNull() | (_order(v["ts"], v["msg"], v["idx"]) > F.col("del")),
+    )
+    return merged.select(
+        *[
+            (F.col(c) if c in keys else F.col("_f")[c]).alias(c)
+            for c in ("database", "db", "table", "recvTime", *COLUMN_FIXED[1:])
+        ],
+        "upd",
+        "del",
+        live.alias("attrs"),
+        "bucket",
+    ).select(*LAST_DATA_STATE.fieldNames())
+
+
+def last_data_output(state: DataFrame, cfg: SqlSinkConfig) -> DataFrame:
+    """Writer rows of merged state: ``op`` ``u`` with the live attributes, or ``d`` for a tombstoned key.
+
+    A delete row carries the tombstone's time in the timestamp key's column, for the server's guard
+    (stored newer than the delete: untouched).
+    """
+    alive = F.col("upd").isNotNull() & (F.col("del").isNull() | (F.col("upd") > F.col("del")))
+    del_time = F.timestamp_millis(F.col("del.ts"))
+    attrs = F.transform_values(F.col("attrs"), lambda _k, v: F.struct(v["value"].alias("value"), v["md"].alias("md")))
+    if cfg.timestamp_is_recv_time:
+        recv_time = F.when(alive, F.col("recvTime")).otherwise(column_recv_time(F.col("del.ts")))
+        dead_attrs = F.create_map()
+    else:
+        recv_time = F.col("recvTime")
+        dead_attrs = F.create_map(
+            F.lit(cfg.timestamp_column),
+            F.struct(F.date_format(del_time, cfg.timestamp_pattern).alias("value"), F.lit(None).alias("md")),
+        )
+    return state.select(
+        "database",
+        "db",
+        "table",
+        recv_time.alias("recvTime"),
+        *COLUMN_FIXED[1:],
+        F.when(alive, attrs).otherwise(dead_attrs).cast(ATTRS_TYPE).alias("attrs"),
+        F.when(alive, F.lit(OP_UPSERT)).otherwise(F.lit(OP_DELETE)).alias("op"),
+    )
+
+
+def last_data_rows(events: DataFrame, cfg: SqlSinkConfig) -> tuple[DataFrame, DataFrame]:
+    """(rows, rejects) of one batch on its own: its records merged per (db, table, last_data_unique_key).
+
+    The last_data asset merges the batch with the stored state first (``merge_last_data_state``).
+    """
+    records, rejects = last_data_records(events, cfg)
+    return last_data_output(merge_last_data_state(records, cfg), cfg), rejects
 
 
 def sink_rows(events: DataFrame, cfg: SqlSinkConfig, sink: str) -> tuple[DataFrame, DataFrame]:

@@ -50,7 +50,12 @@ def test_cygnus_spellings_are_accepted() -> None:
         ({"last_data_mode": "upsertt"}, "last_data_mode"),
         ({"last_data_unique_key": "attrName"}, "last_data_unique_key"),
         ({"last_data_unique_key": ""}, "last_data_unique_key"),
-        ({"last_data_timestamp_key": "TimeInstant"}, "last_data_timestamp_key"),
+        ({"last_data_timestamp_key": "entityId"}, "last_data_timestamp_key"),
+        ({"last_data_timestamp_key": " "}, "last_data_timestamp_key"),
+        (
+            {"last_data_timestamp_key": "TimeInstant", "last_data_sql_timestamp_format": "%Y-%m-%d %h:%i"},
+            "last_data_sql_timestamp_format",
+        ),
         ({"batch_size": 0}, "batch_size"),
         ({"batch_retry_intervals": [-1]}, "batch_retry_intervals"),
         ({"default_service_path": "nopath"}, "default_service_path"),
@@ -104,3 +109,12 @@ def test_fixed_entity_type_model_on_both_dialects() -> None:
         assert SqlSinkConfig(dialect=dialect, data_model="dm-by-fixed-entity-type").data_model.value == (
             "dm-by-fixed-entity-type"
         )
+
+
+def test_timestamp_key_recv_time_or_an_attribute() -> None:
+    assert SqlSinkConfig(dialect="mysql", last_data_timestamp_key="recvtime").last_data_timestamp_key == "recvTime"
+    c = SqlSinkConfig(dialect="postgresql", last_data_timestamp_key="TimeInstant",
+                      last_data_sql_timestamp_format='YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')  # fmt: skip
+    assert (c.timestamp_column, c.timestamp_pattern) == ("timeinstant", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
+    assert SqlSinkConfig(dialect="mysql", last_data_timestamp_key="TimeInstant").timestamp_column == "TimeInstant"
+    assert SqlSinkConfig(dialect="mysql").timestamp_column == "recvTime"

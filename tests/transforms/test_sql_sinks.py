@@ -6,12 +6,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 
 from ngsi_assets.ngsi.sql_config import SqlSinkConfig
 from ngsi_assets.ngsi.sql_naming import Dialect
 from ngsi_assets.transforms.schemas import NGSI_EVENTS
-from ngsi_assets.transforms.sql_sinks import historic_column_mode, historic_row_mode, last_data_rows
+from ngsi_assets.transforms.sql_sinks import (
+    LAST_DATA_STATE,
+    historic_column_mode,
+    historic_row_mode,
+    last_data_output,
+    last_data_records,
+    last_data_rows,
+    merge_last_data_state,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -133,9 +143,67 @@ def test_last_data_newest_record_per_key_and_entity_delete(spark: SparkSession) 
             last_data_unique_key="entityId,entityType")  # fmt: skip
     rows, rejects = last_data_rows(df, c)
     assert rows_of(rows, "table", "entityId", "recvTime", "attrs", "op") == [
-        ("sub_WasteContainer_last_data", "wc1", rt(T0 + 10), {"fillingLevel": ("0.7", "[]")}, "u"),
-        ("sub_WasteContainer_last_data", "wc2", rt(T0), {"fillingLevel": ("0.1", "[]")}, "d"),
+        # The newest value of each attribute: temperature came only with the older m1.
+        (
+            "sub_WasteContainer_last_data",
+            "wc1",
+            rt(T0 + 10),
+            {"fillingLevel": ("0.7", "[]"), "temperature": ("20", "[]")},
+            "u",
+        ),
+        ("sub_WasteContainer_last_data", "wc2", rt(T0), {}, "d"),
     ]
     assert rows_of(rejects, "sink", "messageId", "reason") == [
         ("last_data", "m4", "unique key column entityType is null")
     ]
+
+
+# Last data merged from increments: any split of the records, merged in any order, equals one merge.
+_ATTRS = ("speed", "oil_level", "fuel")
+
+
+@st.composite
+def _record_sets(draw: st.DrawFn) -> tuple[list[tuple[Any, ...]], list[int]]:
+    n = draw(st.integers(min_value=1, max_value=12))
+    rows = []
+    for i in range(n):
+        eid = draw(st.sampled_from(["car1", "car2"]))
+        ms = T0 + draw(st.integers(min_value=0, max_value=5))  # few distinct times: ties happen
+        delete = draw(st.booleans()) and draw(st.booleans())
+        attrs = draw(st.lists(st.sampled_from(_ATTRS), min_size=1, max_size=3, unique=True))
+        for a in attrs:
+            rows.append(ev(f"m{i:02d}", eid, a, f"{a}{i}", ms, alteration="entityDelete" if delete else None))
+    # Which increment each message goes to.
+    parts = [draw(st.integers(min_value=0, max_value=3)) for _ in range(n)]
+    return rows, parts
+
+
+def _state_rows(df: DataFrame) -> list[tuple]:
+    return sorted(
+        (tuple((k, v if not isinstance(v, dict) else sorted(v.items())) for k, v in r.asDict(recursive=True).items())
+         for r in df.collect()),
+        key=repr,
+    )  # fmt: skip
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=_record_sets(), order_seed=st.randoms(use_true_random=False))
+def test_last_data_state_from_any_split_equals_one_merge(spark: SparkSession, data: tuple, order_seed: Any) -> None:
+    rows, parts = data
+    c = cfg(Dialect.POSTGRESQL, last_data_mode="upsert")
+    records, _ = last_data_records(events(spark, rows), c)
+    whole = merge_last_data_state(records, c)
+    increments = sorted(set(parts))
+    order_seed.shuffle(increments)
+    state = None
+    for p in increments:
+        mine = [r for r in rows if parts[int(r[14][1:])] == p]
+        inc, _ = last_data_records(events(spark, mine), c)
+        inc = inc.select(*LAST_DATA_STATE.fieldNames())
+        state = merge_last_data_state(inc if state is None else state.unionByName(inc), c)
+        state = spark.createDataFrame(state.collect(), LAST_DATA_STATE)  # as stored: no lineage kept
+    assert state is not None
+    assert _state_rows(state) == _state_rows(whole.select(*LAST_DATA_STATE.fieldNames()))
+    again = merge_last_data_state(state.unionByName(records.select(*LAST_DATA_STATE.fieldNames())), c)
+    assert _state_rows(again) == _state_rows(state)  # merging what is already in changes nothing
+    assert _state_rows(last_data_output(state, c)) == _state_rows(last_data_output(whole, c))
