@@ -274,10 +274,13 @@ def last_data(
     sql_sinks: SqlSinksResource,
 ) -> MaterializeResult:
     """Cygnus last-data tables (seed 000): one row per last_data_unique_key (default entityId) in
-    `<table><last_data_table_suffix>`, the newest record wins (stored recvTime < incoming), columns the
-    newest record lacks keep their stored values, and an entityDelete removes the row.
+    `<table><last_data_table_suffix>`, each attribute column holding its newest value by
+    last_data_timestamp_key (recvTime, or an attribute such as TimeInstant), across runs in any order;
+    an entityDelete removes the row and leaves a tombstone that older updates cannot undo.
 
-    Records that cannot be written go to the lake dataset `last_data_rejects` with the reason.
+    The merged state of every key is kept in the lake (`last_data_state`); a run merges its hours into
+    the buckets they touch and upserts only the keys it touched. Records that cannot be written go to
+    the lake dataset `last_data_rejects` with the reason.
     """
     metadata, results, skipped = _run_sink(context, spark, lake, sql_sinks, LAST_DATA)
     check = "last_data_row_equals_newest_event"

@@ -16,8 +16,10 @@ whole tables: the caller repartitions by (db, table) and sorts by table then key
      hours first makes a rerun leave the table exactly as one run does, with Cygnus's columns only.
    - last data: lock the existing rows of the batch's keys in key order, then one ordered upsert
      (PostgreSQL ``COPY`` into a temporary table and ``INSERT ... SELECT ... ORDER BY key ON CONFLICT
-     DO UPDATE ... WHERE stored < incoming``; MySQL ordered multi-row ``INSERT ... ON DUPLICATE KEY
-     UPDATE col = IF(stored < incoming, ...)``, timestamp column last), then the entityDelete rows.
+     DO UPDATE ... WHERE NOT stored > incoming``; MySQL ordered multi-row ``INSERT ... ON DUPLICATE KEY
+     UPDATE col = IF(NOT stored > incoming, ...)``, timestamp column last), then the entityDelete rows,
+     each guarded the same way. Times are the timestamp key's column read with
+     ``last_data_sql_timestamp_format``.
      Every writer takes row locks in key order, so two writers on one table cannot deadlock.
 
 An attribute a record lacks arrives with a NULL metadata column (present attributes always carry at
