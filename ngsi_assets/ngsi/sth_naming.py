@@ -125,9 +125,20 @@ def database_name(service: str, config: STHConfig) -> str:
 
 
 def collection_name(
-    service_path: str, entity_id: str, entity_type: str | None, attr_name: str, config: STHConfig
+    service_path: str,
+    entity_id: str,
+    entity_type: str | None,
+    attr_name: str,
+    config: STHConfig,
+    *,
+    aggregated: bool = True,
 ) -> str:
-    """The aggregated collection of one attribute under ``config.data_model`` (with prefix and ``.aggr``)."""
+    """The collection of one attribute under ``config.data_model``, with the prefix.
+
+    ``aggregated`` (STH aggregates, Cygnus's NGSISTHSink) adds ``.aggr``; the raw collections of
+    Cygnus's NGSIMongoSink have the same name without it (both call
+    ``NGSIMongoBaseSink.buildCollectionName``; only NGSISTHSink appends ``.aggr``).
+    """
     for field, value in (
         ("service path", service_path),
         ("entity id", entity_id),
@@ -157,7 +168,7 @@ def collection_name(
         if rest:
             body += "_" + "_".join(rest)
         prefix = encode_collection_old(config.collection_prefix)
-    return prefix + body + AGGR_SUFFIX
+    return prefix + body + (AGGR_SUFFIX if aggregated else "")
 
 
 def sth_names(
@@ -167,10 +178,13 @@ def sth_names(
     entity_type: str | None,
     attr_name: str,
     config: STHConfig,
+    *,
+    aggregated: bool = True,
 ) -> STHNames:
-    """Database and collection of one attribute's aggregates; STHNameError if they cannot be written."""
+    """Database and collection of one attribute's aggregates (or, not ``aggregated``, of its raw
+    samples as Cygnus's NGSIMongoSink names them); STHNameError if they cannot be written."""
     database = database_name(service, config)
-    collection = collection_name(service_path, entity_id, entity_type, attr_name, config)
+    collection = collection_name(service_path, entity_id, entity_type, attr_name, config, aggregated=aggregated)
     namespace = f"{database}.{collection}"
     size = len(namespace.encode("utf-8"))
     if size > MAX_NAMESPACE_BYTES:

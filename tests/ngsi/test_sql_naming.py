@@ -282,3 +282,19 @@ def test_root_path_cannot_name_a_schema_with_the_old_encoding() -> None:
     ):
         db_name("s", c, "/")
     assert db_name("s", cfg(PG, DataModel.BY_ENTITY_DATABASE_SCHEMA, True), "/") == "x002f"
+
+
+@pytest.mark.parametrize(
+    ("dialect", "encoding", "db", "table"),
+    [
+        # Old encoding: NGSIUtils.encode turns the space and the ñ into '_' (the path loses its '/').
+        (MY, False, "ciudad__", "zona_uno_coche___Coche"),
+        (PG, False, "ciudad__", "zona_uno_coche___coche"),
+        # New encoding: NGSICharsets.encodeMySQL / encodePostgreSQL write each as x + 4 hex digits.
+        (MY, True, "ciudadx0020x00f1", "x002fzonax0020unoxffffcochex0020x00f1xffffCoche"),
+        (PG, True, "ciudadx0020x00f1", "x002fzonax0020unoxffffcochex0020x00f1xffffx0043oche"),
+    ],
+)
+def test_spaces_and_unicode_in_every_part(dialect: Dialect, encoding: bool, db: str, table: str) -> None:
+    c = cfg(dialect, E, encoding)
+    assert (db_name("ciudad ñ", c), table_name("/zona uno", "coche ñ", "Coche", c)) == (db, table)

@@ -55,6 +55,33 @@ def test_seed_collection_names(path: str, model: str, attr: str, old: str, new: 
     assert collection_name(path, "car1", "car", attr, _cfg(model, **NEW)) == new
 
 
+@pytest.mark.parametrize(("path", "model", "attr", "old", "new"), SEED_TABLE)
+def test_raw_mongo_collection_names_are_the_aggregated_ones_without_aggr(
+    path: str, model: str, attr: str, old: str, new: str
+) -> None:
+    """Cygnus's NGSIMongoSink (raw samples) names collections with NGSIMongoBaseSink.buildCollectionName,
+    as NGSISTHSink does before appending ".aggr"; the database is the same buildDbName."""
+    assert collection_name(path, "car1", "car", attr, _cfg(model, **OLD), aggregated=False) == old[: -len(".aggr")]
+    assert collection_name(path, "car1", "car", attr, _cfg(model, **NEW), aggregated=False) == new[: -len(".aggr")]
+    raw = sth_names("vehicles", path, "car1", "car", attr, _cfg(model, **OLD), aggregated=False)
+    assert raw == STHNames("sth_vehicles", old[: -len(".aggr")])
+
+
+def test_raw_mongo_names_with_spaces_unicode_and_the_namespace_limit() -> None:
+    c = _cfg("dm-by-entity", **OLD)
+    assert sth_names("ciudad ñ", "/zona uno", "coche ñ", "Coche", "v", c, aggregated=False) == STHNames(
+        "sth_ciudad_ñ", "sth_/zona uno_coche ñ_Coche"
+    )
+    # 113 bytes fit without ".aggr" where the aggregated name is 5 bytes over.
+    eid = "e" * (MAX_NAMESPACE_BYTES - len("sth_s.sth_/_") - len("_t"))
+    assert len(f"sth_s.{collection_name('/', eid, 't', 'a', c, aggregated=False)}".encode()) == MAX_NAMESPACE_BYTES
+    sth_names("s", "/", eid, "t", "a", c, aggregated=False)
+    with pytest.raises(STHNameError, match="is 118 bytes"):
+        sth_names("s", "/", eid, "t", "a", c)
+    with pytest.raises(STHNameError, match="is 114 bytes"):
+        sth_names("s", "/", eid + "e", "t", "a", c, aggregated=False)
+
+
 def test_seed_database_name() -> None:
     assert database_name("vehicles", STHConfig()) == "sth_vehicles"
     assert database_name("vehicles", STHConfig(enable_encoding=True)) == "sth_vehicles"
