@@ -127,6 +127,9 @@ def test_last_data_agent_postgis_as_postgresql_and_refused_values_named() -> Non
     )  # fmt: skip
     assert pg["persistence_policy"] == {"max_records": 0, "expiration_time": 0}  # Cygnus's -1: off
     assert pg["default_service"] == "smart-city"
+    assert (pg["last_data_timestamp_key"], pg["last_data_sql_timestamp_format"]) == (
+        "TimeInstant", 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"',
+    )  # fmt: skip
     mysql = result.sql[Dialect.MYSQL]
     assert "data_model" not in mysql and "batch_ttl" not in mysql
     assert (mysql["attr_persistence"], mysql["last_data_mode"]) == ("column", "upsert")
@@ -135,6 +138,8 @@ def test_last_data_agent_postgis_as_postgresql_and_refused_values_named() -> Non
     assert reasons["cygnusagent.sinks.mysql-sink.batch_ttl"].startswith(
         "refused by this platform: Input should be a valid integer"
     )
+    # A format Spark could not read as MySQL does is refused with the specifier named.
+    assert "unsupported specifier %z" in reasons["cygnusagent.sinks.mysql-sink.last_data_sql_timestamp_format"]
     assert reasons["cygnusagent.sinks.mysql-sink.colour"] == (
         "not a parameter of Cygnus's NGSIMySQLSink this platform knows"
     )

@@ -14,7 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ngsi_assets.ngsi.sql_naming import (
     COLUMN_FIXED,
@@ -134,14 +134,17 @@ class SqlSinkConfig(BaseModel):
             )
         return value
 
-    @model_validator(mode="after")
-    def _timestamp_format(self) -> SqlSinkConfig:
-        if self.last_data_timestamp_key != RECV_TIME:
+    @field_validator("last_data_sql_timestamp_format")
+    @classmethod
+    def _timestamp_format(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Declared after dialect and last_data_timestamp_key, so both are in info.data when valid.
+        dialect, key = info.data.get("dialect"), info.data.get("last_data_timestamp_key")
+        if value is not None and dialect is not None and key not in (None, RECV_TIME):
             try:
-                spark_pattern(self.timestamp_format, self.dialect)
+                spark_pattern(value, dialect)
             except TimestampFormatError as exc:
-                raise ValueError(f"last_data_sql_timestamp_format: {exc}") from None
-        return self
+                raise ValueError(str(exc)) from None
+        return value
 
     @property
     def timestamp_pattern(self) -> str:
