@@ -5,6 +5,7 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -78,12 +79,20 @@ def _hours_before(key: str, hours: int) -> str:
 
 
 def plan_landing_runs(
-    segments: Sequence[SegmentInfo], cursor: LandingCursor, lookback_hours: int = LOOKBACK_HOURS
+    segments: Sequence[SegmentInfo],
+    cursor: LandingCursor,
+    lookback_hours: int = LOOKBACK_HOURS,
+    waiting: AbstractSet[str] = frozenset(),
 ) -> tuple[list[tuple[str, str]], LandingCursor]:
     """(partition key, run key) for every hour whose landing data changed, and the next cursor.
 
     An hour's run key carries its signature, so the same data never gets two runs (Dagster
     launches a run key once per sensor) and any growth of an hour gets a new run. Pure: no I/O.
+
+    ``waiting`` holds the hours that already have a run of the ingest job that has not started
+    executing (queued): that run reads the hour's landing data when it starts, so it covers every
+    segment listed before it was found waiting, and no second run is requested. Under steady
+    traffic an hour therefore has at most one run executing and one waiting, however long runs take.
     """
     by_hour: dict[str, list[SegmentInfo]] = {}
     for seg in segments:
@@ -108,7 +117,7 @@ def plan_landing_runs(
         if hour in previously_sealed:
             continue
         sig = _signature(by_hour[hour])
-        if cursor.hours.get(hour) != sig:
+        if cursor.hours.get(hour) != sig and hour not in waiting:
             requests.append(request(hour))
         if hour >= sealed_before:
             tracked[hour] = sig
@@ -124,13 +133,37 @@ def plan_landing_runs(
 )
 def landing_sensor(context: SensorEvaluationContext, landing: LandingZoneResource) -> Iterator[RunRequest | SkipReason]:
     cursor = LandingCursor.from_json(context.cursor)
-    requests, new_cursor = plan_landing_runs(landing.segments(), cursor)
+    # Segments first, then the waiting runs: a run found waiting has not read the landing zone yet,
+    # so it will see every segment of this listing.
+    segments = landing.segments()
+    waiting = waiting_ingest_hours(context.instance)
+    requests, new_cursor = plan_landing_runs(segments, cursor, waiting=waiting)
     if not requests:
+        if new_cursor != cursor:
+            context.update_cursor(new_cursor.to_json())
+            yield SkipReason(f"new landing data of {len(waiting)} hour(s) left to the runs waiting for them")
+            return
         yield SkipReason("no new landing data")
         return
     for partition_key, run_key in requests:
         yield RunRequest(run_key=run_key, partition_key=partition_key, tags={"ngsi/landing": run_key})
     context.update_cursor(new_cursor.to_json())
+
+
+# Runs that exist but have not begun executing steps: they will read the landing zone when they do.
+_WAITING_RUN_STATUSES = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING]
+PARTITION_TAG = "dagster/partition"
+
+
+def waiting_ingest_hours(instance: DagsterInstance) -> set[str]:
+    """Hours with a single-hour run of the ingest job that has not started executing yet."""
+    runs = instance.get_runs(
+        filters=RunsFilter(job_name=ingest_job.name, statuses=_WAITING_RUN_STATUSES), limit=_WAITING_RUNS_LIMIT
+    )
+    return {r.tags[PARTITION_TAG] for r in runs if PARTITION_TAG in r.tags}
+
+
+_WAITING_RUNS_LIMIT = 1000
 
 
 # --- Reprocessing: seed 004 status 1 ("requires reprocessing") resubmitted on a backoff schedule ---

@@ -124,3 +124,52 @@ def test_sensor_ticks_with_a_live_writer(tmp_path: Path) -> None:
     for hour in requested_hours:
         mine = [s for s in segs if s.partition_key == hour]
         assert state["hours"][hour] == f"{len(mine)}:{sum(s.size for s in mine)}"
+
+
+def test_an_hour_with_a_waiting_run_gets_no_second_run() -> None:
+    _, cursor = plan_landing_runs([_seg(0, "a", 10), _seg(1, "c", 7)], LandingCursor())
+    grown = [_seg(0, "a", 10), _seg(1, "c", 9), _seg(2, "d", 1)]
+    requests, after = plan_landing_runs(grown, cursor, waiting={_key(1)})
+    # Hour 1's waiting run will read the grown hour when it starts; hour 2 is new.
+    assert requests == [(_key(2), f"{_key(2)}@1:1")]
+    assert after.hours[_key(1)] == "1:9"
+    # Once that run is executing, growth gets one new run again.
+    requests, _ = plan_landing_runs([*grown[:1], _seg(1, "c", 12), grown[2]], after)
+    assert requests == [(_key(1), f"{_key(1)}@1:12")]
+
+
+def test_sensor_under_steady_traffic_keeps_one_waiting_run_per_hour(tmp_path: Path) -> None:
+    from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
+
+    landing = LandingZoneResource(root=str(tmp_path))
+    instance = DagsterInstance.ephemeral()
+    cursor: str | None = None
+
+    def tick() -> list[RunRequest | SkipReason]:
+        nonlocal cursor
+        ctx = build_sensor_context(cursor=cursor, instance=instance, resources={"landing": landing})
+        out = list(landing_sensor(ctx))
+        cursor = ctx.cursor
+        return out
+
+    def queue(run_request: RunRequest, status: DagsterRunStatus) -> DagsterRun:
+        run = DagsterRun(job_name="ngsi_ingest_job", run_id=f"r{len(instance.get_runs())}", status=status,
+                         tags={"dagster/partition": run_request.partition_key})  # fmt: skip
+        instance.add_run(run)
+        return run
+
+    with LandingWriter(tmp_path) as w:
+        _write(w, 0, 5, 0)
+        (first,) = [r for r in tick() if isinstance(r, RunRequest)]
+        run = queue(first, DagsterRunStatus.NOT_STARTED)  # QUEUED needs a code location
+        for i in range(3):  # traffic keeps coming while the run waits: no new run, the cursor moves on
+            _write(w, 0, 2, 100 + 10 * i)
+            out = tick()
+            assert not [r for r in out if isinstance(r, RunRequest)]
+            assert "left to the runs waiting" in out[0].skip_message
+        instance.delete_run(run.run_id)  # the run starts executing
+        queue(first, DagsterRunStatus.STARTED)
+        assert tick()[0].skip_message == "no new landing data"  # the started run read all of it
+        _write(w, 0, 1, 200)
+        (second,) = [r for r in tick() if isinstance(r, RunRequest)]
+        assert second.partition_key == first.partition_key
