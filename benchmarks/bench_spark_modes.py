@@ -72,8 +72,8 @@ def step_seconds(home: Path, run_id: str) -> dict[str, float]:
     return out
 
 
-def run_once(work: Path, landing: Path, name: str, extra_env: dict[str, str]) -> dict[str, object]:
-    home, lake = work / name / "home", work / name / "lake"
+def platform_env(home: Path, landing: Path, lake: Path, extra: dict[str, str]) -> dict[str, str]:
+    """A fresh Dagster home (with the project's dagster.yaml) and the environment of the platform's processes."""
     home.mkdir(parents=True)
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
     env = {k: v for k, v in os.environ.items() if not k.startswith("NGSI_")}
@@ -82,10 +82,17 @@ def run_once(work: Path, landing: Path, name: str, extra_env: dict[str, str]) ->
             "DAGSTER_HOME": str(home),
             "NGSI_LANDING_ROOT": str(landing),
             "NGSI_LAKE_ROOT": str(lake),
-            "NGSI_ENTITY_SCHEMA": str(REPO / "ngsi_assets" / "demo" / "entities.yaml"),
             "PYSPARK_PYTHON": sys.executable,
-            **extra_env,
+            **extra,
         }
+    )
+    return env
+
+
+def run_once(work: Path, landing: Path, name: str, extra_env: dict[str, str]) -> dict[str, object]:
+    home, lake = work / name / "home", work / name / "lake"
+    env = platform_env(
+        home, landing, lake, {"NGSI_ENTITY_SCHEMA": str(REPO / "ngsi_assets" / "demo" / "entities.yaml"), **extra_env}
     )
     started = time.monotonic()
     proc = subprocess.run(

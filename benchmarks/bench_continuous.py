@@ -1,0 +1,432 @@
+"""The platform run as a user runs it, unattended under steady traffic: freshness, queue, runs, CPU.
+
+    .venv/bin/python benchmarks/bench_continuous.py [--rate 20] [--minutes 20] [--cars 50] [--write-results]
+
+Started here, each in its own process group, on free loopback ports and a fresh work folder:
+PostgreSQL and MariaDB (as the tests start them), a Spark Connect server every run shares, the
+receiver (``ngsi-assets serve``) and the Dagster daemon with the platform's sensors (the landing
+sensor requests ``ngsi_ingest_job`` runs; ``dagster.yaml``'s queue runs one at a time). Both SQL sinks
+write historic tables and last data (``last_data_mode: both``, ``dm-by-entity-type``); STH aggregates
+stay in the lake (no ``NGSI_MONGO_URL``: SecantusDB cannot take this write rate).
+
+A load generator posts NGSI v2 notifications at ``--rate`` per second for ``--minutes``: one car of
+``--cars`` per notification, round robin, four attributes (``seq``, speed, fuel, location text); ``seq``
+numbers each car's notifications. Measured:
+
+- freshness: from the receiver's 201 to the first poll (every 0.5 s) of PostgreSQL's last-data table
+  showing that car's ``seq`` at or past the notification's; p50, p95 and max;
+- the run queue (runs queued or starting, and runs executing) every 5 s;
+- every run's duration, and the machine's CPU use (``/proc/stat``) over the traffic;
+- at the end (after traffic stops, waiting up to ``--drain-minutes`` for the runs to catch up):
+  whether every acknowledged notification is in the message store, in both historic tables (4 rows
+  each) and in both last-data tables (every car's last ``seq``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.bench_spark_modes import platform_env, start_connect_server  # noqa: E402
+from benchmarks.machine import describe_machine, write_results  # noqa: E402
+
+BEGIN = "<!-- bench_continuous:begin -->"
+END = "<!-- bench_continuous:end -->"
+SERVICE = "bench"
+ATTRS = 4
+
+
+def table(dialect: str, suffix: str = "") -> str:
+    """The sinks' table for the cars (dm-by-entity-type, root service path), named by the platform."""
+    from ngsi_assets.ngsi.sql_naming import DataModel, Dialect, NamingConfig, table_name
+
+    naming = NamingConfig(dialect=Dialect(dialect), data_model=DataModel.BY_ENTITY_TYPE)
+    return table_name("/", "car000", "Car", naming, suffix)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, proc: subprocess.Popen[bytes], what: str, log: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited; see {log}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError(f"{what} did not listen on {port}; see {log}")
+
+
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def cpu_times() -> tuple[int, int]:
+    with open("/proc/stat") as f:
+        parts = [int(x) for x in f.readline().split()[1:]]
+    idle = parts[3] + parts[4]
+    return sum(parts) - idle, sum(parts)
+
+
+@dataclass
+class Observations:
+    acks: dict[tuple[int, int], float] = field(default_factory=dict)  # (car, seq) -> time of the 201
+    refused: int = 0
+    visible: dict[int, list[tuple[float, int]]] = field(default_factory=dict)  # car -> (time, seq) changes
+    queue: list[tuple[float, int, int]] = field(default_factory=list)  # (t, waiting, executing)
+    cpu: list[tuple[float, float]] = field(default_factory=list)
+
+
+def notification(car: int, seq: int) -> bytes:
+    entity = {
+        "id": f"car{car:03d}",
+        "type": "Car",
+        "seq": {"type": "Number", "value": seq, "metadata": {}},
+        "speed": {"type": "Number", "value": (seq * 7) % 130, "metadata": {}},
+        "fuel": {"type": "Number", "value": 100 - seq % 100, "metadata": {}},
+        "location": {"type": "Text", "value": f"street {seq % 17}", "metadata": {}},
+    }
+    return json.dumps({"subscriptionId": "bench", "data": [entity]}).encode()
+
+
+def traffic(port: int, rate: float, seconds: float, cars: int, obs: Observations, stop: threading.Event) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Content-Type": "application/json", "Fiware-Service": SERVICE, "Fiware-ServicePath": "/"}
+    start = time.monotonic()
+    n = 0
+    while not stop.is_set():
+        due = start + n / rate
+        now = time.monotonic()
+        if due - start >= seconds:
+            break
+        if due > now:
+            time.sleep(due - now)
+        car, seq = n % cars, n // cars + 1
+        try:
+            conn.request("POST", "/notify", body=notification(car, seq), headers=headers)
+            resp = conn.getresponse()
+            resp.read()
+            if resp.status == 201:
+                obs.acks[(car, seq)] = time.time()
+            else:
+                obs.refused += 1
+        except (OSError, http.client.HTTPException):
+            obs.refused += 1
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        n += 1
+    conn.close()
+
+
+def poll_last_data(pg_url: str, obs: Observations, stop: threading.Event) -> None:
+    import psycopg2
+
+    last: dict[int, int] = {}
+    conn = None
+    while not stop.is_set():
+        try:
+            if conn is None:
+                conn = psycopg2.connect(pg_url)
+                conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute(f'SELECT entityid, seq FROM "{SERVICE}"."{table("postgresql", "_last_data")}"')
+                now = time.time()
+                for eid, seq in cur.fetchall():
+                    car, s = int(eid[3:]), int(float(seq))
+                    if last.get(car) != s:
+                        last[car] = s
+                        obs.visible.setdefault(car, []).append((now, s))
+        except Exception:  # the table does not exist before the first run writes it
+            if conn is not None:
+                conn.close()
+            conn = None
+        stop.wait(0.5)
+    if conn is not None:
+        conn.close()
+
+
+def sample_queue(home: Path, obs: Observations, stop: threading.Event) -> None:
+    from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+    waiting_s = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING]
+    with DagsterInstance.from_config(str(home)) as instance:
+        busy_before, total_before = cpu_times()
+        while not stop.is_set():
+            try:
+                waiting = instance.get_runs_count(RunsFilter(statuses=waiting_s))
+                executing = instance.get_runs_count(RunsFilter(statuses=[DagsterRunStatus.STARTED]))
+                obs.queue.append((time.time(), waiting, executing))
+            except Exception:  # SQLite busy: skip a sample
+                pass
+            busy, total = cpu_times()
+            if total > total_before:
+                obs.cpu.append((time.time(), (busy - busy_before) / (total - total_before)))
+            busy_before, total_before = busy, total
+            stop.wait(5)
+
+
+def freshness(obs: Observations) -> list[float]:
+    """Seconds from each acknowledged notification to the first poll showing its car at its seq or later."""
+    out = []
+    for (car, seq), acked in obs.acks.items():
+        for t, shown in obs.visible.get(car, []):
+            if shown >= seq:
+                out.append(max(0.0, t - acked))
+                break
+    return out
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def runs_summary(home: Path) -> list[tuple[str, float, str]]:
+    from dagster import DagsterInstance
+
+    out = []
+    with DagsterInstance.from_config(str(home)) as instance:
+        for record in instance.get_run_records():
+            if record.start_time and record.end_time:
+                out.append(
+                    (
+                        record.dagster_run.tags.get("dagster/partition", ""),
+                        record.end_time - record.start_time,
+                        record.dagster_run.status.value,
+                    )
+                )
+    return out
+
+
+def completeness(obs: Observations, lake: Path, pg_url: str, my_url: str, cars: int) -> dict[str, Any]:
+    import psycopg2
+    import pyarrow.dataset as ds
+    import pymysql
+
+    from resources.sql import MySQLResource
+
+    acked = len(obs.acks)
+    stored = ds.dataset(str(lake / "message_store"), format="parquet", partitioning="hive").count_rows()
+    last_seq = {car: max((s for (c, s) in obs.acks if c == car), default=0) for car in range(cars)}
+    out: dict[str, Any] = {"acknowledged": acked, "message_store_rows": stored}
+    with psycopg2.connect(pg_url) as conn, conn.cursor() as cur:
+        cur.execute(f'SELECT count(*) FROM "{SERVICE}"."{table("postgresql")}"')
+        out["postgresql_historic_rows"] = cur.fetchone()[0]
+        cur.execute(f'SELECT entityid, seq FROM "{SERVICE}"."{table("postgresql", "_last_data")}"')
+        pg_last = {int(e[3:]): int(float(s)) for e, s in cur.fetchall()}
+    conn = pymysql.connect(**MySQLResource(url=my_url).connect_kwargs())
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT count(*) FROM `{SERVICE}`.`{table('mysql')}`")
+            out["mysql_historic_rows"] = cur.fetchone()[0]
+            cur.execute(f"SELECT entityId, seq FROM `{SERVICE}`.`{table('mysql', '_last_data')}`")
+            my_last = {int(e[3:]): int(float(s)) for e, s in cur.fetchall()}
+    finally:
+        conn.close()
+    out["last_data_current"] = {
+        "postgresql": pg_last == {c: s for c, s in last_seq.items() if s},
+        "mysql": my_last == {c: s for c, s in last_seq.items() if s},
+    }
+    out["everything_in_every_table"] = (
+        stored >= acked
+        and out["postgresql_historic_rows"] == ATTRS * acked
+        and out["mysql_historic_rows"] == ATTRS * acked
+        and all(out["last_data_current"].values())
+    )
+    return out
+
+
+def caught_up(obs: Observations) -> bool:
+    last_seq: dict[int, int] = {}
+    for car, seq in obs.acks:
+        last_seq[car] = max(seq, last_seq.get(car, 0))
+    return all(obs.visible.get(car) and obs.visible[car][-1][1] >= s for car, s in last_seq.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rate", type=float, default=20.0, help="notifications per second")
+    parser.add_argument("--minutes", type=float, default=20.0)
+    parser.add_argument("--cars", type=int, default=50)
+    parser.add_argument("--drain-minutes", type=float, default=15.0)
+    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument("--write-results", action="store_true")
+    args = parser.parse_args(argv)
+
+    from tests.support.servers import (
+        mysql_server_url,
+        postgres_server_url,
+        start_mariadb,
+        start_postgres,
+    )
+
+    work = Path(tempfile.mkdtemp(prefix="ngsi-bench-continuous-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    servers = []
+    try:
+        pg, my = start_postgres(), start_mariadb()
+        servers += [pg, my]
+        pg_url, my_url = postgres_server_url(pg), mysql_server_url(my)
+        my_db_url = my_url  # the sink creates the service's database itself
+        sinks = work / "sql_sinks.yaml"
+        common = "  last_data_mode: both\n  data_model: dm-by-entity-type\n"
+        sinks.write_text(f"postgresql:\n  url: {pg_url}\n{common}mysql:\n  url: {my_db_url}\n{common}")
+        connect, remote = start_connect_server(work)
+        procs.append(connect)
+        home, landing, lake = work / "home", work / "landing", work / "lake"
+        env = platform_env(home, landing, lake, {"NGSI_SPARK_REMOTE": remote, "NGSI_SQL_SINKS_CONFIG": str(sinks)})
+        bin_dir = Path(sys.executable).parent
+        rport = free_port()
+        rlog = work / "receiver.log"
+        receiver = subprocess.Popen(
+            [str(bin_dir / "ngsi-assets"), "serve", "--host", "127.0.0.1", "--port", str(rport),
+             "--landing-root", str(landing)],
+            env=env, stdout=rlog.open("wb"), stderr=subprocess.STDOUT, process_group=0,
+        )  # fmt: skip
+        procs.append(receiver)
+        wait_port(rport, receiver, "the receiver", rlog)
+        dlog = work / "daemon.log"
+        daemon = subprocess.Popen(
+            [str(bin_dir / "dagster-daemon"), "run", "-w", str(REPO / "workspace.yaml")],
+            cwd=REPO, env=env, stdout=dlog.open("wb"), stderr=subprocess.STDOUT, process_group=0,
+        )  # fmt: skip
+        procs.append(daemon)
+        print(f"work folder {work}; rate {args.rate}/s for {args.minutes} min", flush=True)
+
+        obs = Observations()
+        stop_traffic, stop_watch = threading.Event(), threading.Event()
+        watchers = [
+            threading.Thread(target=poll_last_data, args=(pg_url, obs, stop_watch), daemon=True),
+            threading.Thread(target=sample_queue, args=(home, obs, stop_watch), daemon=True),
+        ]
+        for t in watchers:
+            t.start()
+        seconds = args.minutes * 60
+        started = time.time()
+        traffic(rport, args.rate, seconds, args.cars, obs, stop_traffic)
+        traffic_end = time.time()
+        cpu_during = [c for t, c in obs.cpu if started <= t <= traffic_end]
+        print(f"traffic done: {len(obs.acks)} acknowledged, {obs.refused} refused", flush=True)
+        deadline = time.time() + args.drain_minutes * 60
+        while time.time() < deadline and not caught_up(obs):
+            time.sleep(2)
+        drained = caught_up(obs)
+        drain_s = time.time() - traffic_end
+        # Let the run that made last data current finish its other assets before counting.
+        while time.time() < deadline and any(w + e for _, w, e in obs.queue[-2:]):
+            time.sleep(5)
+        stop_watch.set()
+        for t in watchers:
+            t.join(timeout=30)
+        fresh = freshness(obs)
+        runs = runs_summary(home)
+        complete = completeness(obs, lake, pg_url, my_db_url, args.cars)
+        during = [(w, e) for t, w, e in obs.queue if started <= t <= traffic_end]
+        durations = [d for _, d, _ in runs]
+        result = {
+            "rate": args.rate,
+            "minutes": args.minutes,
+            "cars": args.cars,
+            "acknowledged": len(obs.acks),
+            "refused": obs.refused,
+            "freshness_s": {
+                "p50": pct(fresh, 50) if fresh else None,
+                "p95": pct(fresh, 95) if fresh else None,
+                "max": max(fresh) if fresh else None,
+                "measured": len(fresh),
+            },
+            "queue_max_waiting": max((w for w, _ in during), default=0),
+            "queue_timeline": [(round(t - started), w, e) for t, w, e in obs.queue[:: max(1, len(obs.queue) // 40)]],
+            "runs": len(runs),
+            "run_seconds": {
+                "median": statistics.median(durations) if durations else None,
+                "max": max(durations) if durations else None,
+                "failed": sum(1 for *_, s in runs if s != "SUCCESS"),
+            },
+            "cpu_busy_mean": statistics.mean(cpu_during) if cpu_during else None,
+            "caught_up_after_traffic_s": round(drain_s) if drained else None,
+            "completeness": complete,
+        }
+        print(json.dumps(result, indent=2), flush=True)
+        if args.write_results:
+            write_results(render(result), BEGIN, END, "Continuous operation")
+        return 0
+    finally:
+        for p in reversed(procs):
+            stop_group(p)
+        for s in servers:
+            s.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def render(r: dict[str, Any]) -> str:
+    f = r["freshness_s"]
+    c = r["completeness"]
+    fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    timeline = ", ".join(f"{t}s:{w}+{e}" for t, w, e in r["queue_timeline"])
+    lines = [
+        BEGIN,
+        f"Machine: {describe_machine()}.",
+        "",
+        f"`benchmarks/bench_continuous.py --rate {r['rate']:g} --minutes {r['minutes']:g} --cars {r['cars']}`: "
+        "receiver, Dagster daemon with the sensors, one Spark Connect server, PostgreSQL and MariaDB "
+        "(historic and last data, dm-by-entity-type), STH in the lake.",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| notifications acknowledged / refused | {r['acknowledged']} / {r['refused']} |",
+        f"| freshness p50 / p95 / max (s), {f['measured']} measured | {fmt(f['p50'])} / {fmt(f['p95'])} / "
+        f"{fmt(f['max'])} |",
+        f"| runs waiting (max during traffic) | {r['queue_max_waiting']} |",
+        f"| runs; duration median / max (s); failed | {r['runs']}; {fmt(r['run_seconds']['median'])} / "
+        f"{fmt(r['run_seconds']['max'])}; {r['run_seconds']['failed']} |",
+        f"| CPU busy (mean over the traffic) | "
+        f"{'-' if r['cpu_busy_mean'] is None else format(r['cpu_busy_mean'], '.0%')} |",
+        f"| caught up after traffic stopped (s) | {r['caught_up_after_traffic_s'] or 'not within the drain time'} |",
+        f"| message store rows / acknowledged | {c['message_store_rows']} / {c['acknowledged']} |",
+        f"| historic rows PostgreSQL / MariaDB (expected {ATTRS} x acknowledged) | "
+        f"{c['postgresql_historic_rows']} / {c['mysql_historic_rows']} |",
+        f"| last data current PostgreSQL / MariaDB | {c['last_data_current']['postgresql']} / "
+        f"{c['last_data_current']['mysql']} |",
+        f"| everything acknowledged in every table | {c['everything_in_every_table']} |",
+        "",
+        f"Queue over time (seconds since traffic began: waiting+executing runs): {timeline}.",
+        END,
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
