@@ -77,11 +77,12 @@ def state_folder(cfg: SqlSinkConfig) -> str:
 
 def _merge_last_data(
     session: SparkSession, lake: LakeResource, events: DataFrame, cfg: SqlSinkConfig
-) -> tuple[DataFrame, DataFrame, dict[str, Any]]:
+) -> tuple[DataFrame, DataFrame, dict[str, Any], DataFrame]:
     """Merge the run's records into the stored state of the keys' buckets; the touched keys' rows.
 
     The state is written before any row reaches the server, so a run killed after it is rerun from
-    the same state (the merge is idempotent) and writes the same rows.
+    the same state (the merge is idempotent) and writes the same rows. The run's records come back
+    persisted (the rows' keys are read from them): the caller unpersists them once the rows are written.
     """
     records, rejects = last_data_records(events, cfg)
     records = records.persist()
@@ -108,7 +109,6 @@ def _merge_last_data(
         if state is not None
         else last_data_output(merged.limit(0), cfg)
     )
-    records.unpersist()
     return (
         rows,
         rejects,
@@ -118,6 +118,7 @@ def _merge_last_data(
             "state_buckets_rewritten": len(touched),
             "state_folder": folder,
         },
+        records,
     )
 
 
@@ -142,8 +143,9 @@ def _run_sink(
     all_rejects: DataFrame | None = None
     metadata: dict[str, Any] = {}
     for dialect, cfg in sorted(enabled.items()):
+        records: DataFrame | None = None
         if sink == LAST_DATA:
-            rows, rejects, state_metadata = _merge_last_data(session, lake, events, cfg)
+            rows, rejects, state_metadata, records = _merge_last_data(session, lake, events, cfg)
             metadata.update({f"{dialect.value}_{k}": v for k, v in state_metadata.items()})
         else:
             rows, rejects = sink_rows(events, cfg, sink)
@@ -156,6 +158,8 @@ def _run_sink(
             now_ms=now_ms,
         )
         stats = write_dataframe(rows, job, writer_order(cfg, sink))
+        if records is not None:
+            records.unpersist()
         results.append((cfg, rows, stats))
         metadata[f"{dialect.value}_rows_by_table"] = MetadataValue.json(rows_by_table(stats))
         metadata[f"{dialect.value}_rows"] = sum(s["rows"] for s in stats)
