@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pyarrow.fs as pafs
 from dagster import ConfigurableResource
@@ -215,7 +215,13 @@ class LakeResource(ConfigurableResource):
         return spark.read.schema(full_schema).option("basePath", uri).parquet(*paths)
 
     def replace_partitions(
-        self, df: DataFrame, dataset: str, partition_keys: Sequence[str], *, no_dictionary: Sequence[str] = ()
+        self,
+        df: DataFrame,
+        dataset: str,
+        partition_keys: Sequence[str],
+        *,
+        no_dictionary: Sequence[str] = (),
+        hour_files: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         """Write ``df`` (which has a ``dt`` column) as exactly the hours ``partition_keys``.
 
@@ -225,9 +231,95 @@ class LakeResource(ConfigurableResource):
         Rows are staged first; each hour's folder is then swapped in, so a reader sees the old or
         the new hour, and an hour that now has no rows is emptied rather than left stale. Rows whose
         ``dt`` is not among ``partition_keys`` are a bug in the caller and raise.
+
+        ``hour_files`` ({partition key: {name: text}}) are small files written into the staged hour
+        folders, so they are swapped in with the rows (names start with ``_``: Spark skips them).
         """
         dts = sorted({key_to_dt(k) for k in partition_keys})
-        self.replace_folders(df, dataset, PARTITION_COLUMN, dts, no_dictionary=no_dictionary)
+        files = {key_to_dt(k): v for k, v in (hour_files or {}).items()}
+        self.replace_folders(df, dataset, PARTITION_COLUMN, dts, no_dictionary=no_dictionary, folder_files=files)
+
+    # ---- increments: rows appended to an hour by a continuous run, replaceable as a unit ----------
+
+    @staticmethod
+    def _increment_prefix(increment_id: str) -> str:
+        if not increment_id or not all(c in "0123456789abcdef" for c in increment_id):
+            raise ValueError(f"bad increment id {increment_id!r}")
+        return f"inc-{increment_id}-"
+
+    def _increment_files(self, dataset: str, partition_key: str, increment_id: str) -> list[str]:
+        prefix = self._increment_prefix(increment_id)
+        folder = self.partition_uri(dataset, partition_key)
+        return [f"{folder}/{n}" for n in self.files().list_names(folder) if n.startswith(prefix)]
+
+    def whole_hour_files(self, dataset: str, partition_key: str) -> list[str]:
+        """The Parquet files of an hour that no increment wrote (a whole-hour write's)."""
+        names = self.files().list_names(self.partition_uri(dataset, partition_key))
+        return [n for n in names if n.endswith(".parquet") and not n.startswith(("inc-", "_", "."))]
+
+    def delete_increment(self, dataset: str, partition_key: str, increment_id: str) -> None:
+        """Remove an increment's files from an hour (before it is written again)."""
+        for uri in self._increment_files(dataset, partition_key, increment_id):
+            self.files().delete(uri)
+
+    def append_increment(
+        self,
+        df: DataFrame,
+        dataset: str,
+        partition_key: str,
+        increment_id: str,
+        *,
+        no_dictionary: Sequence[str] = (),
+    ) -> None:
+        """Add ``df`` (rows of one hour, with a ``dt`` column) to that hour as the increment's files.
+
+        Files the increment wrote before are removed first, so writing an increment again replaces
+        exactly its rows and leaves the hour's other rows alone. The rows are staged, then each file
+        is moved in as ``inc-<id>-<n>.parquet``; a whole-hour write (``replace_partitions``) replaces
+        the hour's increments along with the rest.
+        """
+        fs = self.files()
+        dt = key_to_dt(partition_key)
+        self.delete_increment(dataset, partition_key, increment_id)
+        staging = f"{self.root_uri}/{STAGING}/{dataset}/{uuid.uuid4().hex}"
+        writer = df.write.mode("overwrite").partitionBy(PARTITION_COLUMN)
+        for name in no_dictionary:
+            writer = writer.option(f"parquet.enable.dictionary#{name}", "false")
+        writer.parquet(staging)
+        stray = sorted(set(fs.list_partition_values(staging, PARTITION_COLUMN)) - {dt})
+        if stray:
+            fs.delete(staging)
+            raise ValueError(f"rows for {PARTITION_COLUMN} {stray} were given to the increment of {dataset} {dt}")
+        staged = f"{staging}/{PARTITION_COLUMN}={dt}"
+        prefix = self._increment_prefix(increment_id)
+        final = self.partition_uri(dataset, partition_key)
+        names = [n for n in fs.list_names(staged) if n.endswith(".parquet") and not n.startswith(("_", "."))]
+        for i, name in enumerate(names):
+            fs.rename(f"{staged}/{name}", f"{final}/{prefix}{i:05d}.parquet")
+        fs.delete(staging)
+
+    def read_increment(
+        self, spark: SparkSession, dataset: str, schema: StructType, partition_key: str, increment_id: str
+    ) -> DataFrame:
+        """The rows an increment added to an hour (empty when it added none), with a ``dt`` column."""
+        full_schema = (
+            schema
+            if PARTITION_COLUMN in schema.fieldNames()
+            else StructType([*schema.fields, StructField(PARTITION_COLUMN, StringType())])
+        )
+        paths = self._increment_files(dataset, partition_key, increment_id)
+        if not paths:
+            return spark.createDataFrame([], full_schema)
+        return spark.read.schema(full_schema).option("basePath", self.dataset_uri(dataset)).parquet(*paths)
+
+    def read_hour_file(self, dataset: str, partition_key: str, name: str) -> str | None:
+        """A small ``_``-file kept in an hour's folder (see ``replace_partitions``), or None."""
+        return self.files().read_text(f"{self.partition_uri(dataset, partition_key)}/{name}")
+
+    def write_hour_file(self, dataset: str, partition_key: str, name: str, text: str) -> None:
+        if not name.startswith("_") or "/" in name:
+            raise ValueError(f"bad hour file name {name!r}")
+        self.files().write_text(f"{self.partition_uri(dataset, partition_key)}/{name}", text)
 
     def folder_uri(self, dataset: str, subfolder: str = "") -> str:
         """The dataset's folder, or a subfolder of it (one table of a multi-table dataset)."""
@@ -271,10 +363,12 @@ class LakeResource(ConfigurableResource):
         *,
         subfolder: str = "",
         no_dictionary: Sequence[str] = (),
+        folder_files: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         """Write ``df`` as exactly the ``column=value`` folders ``values`` (emptying those without rows).
 
         Staged, then swapped folder by folder (see ``replace_partitions``). Rows for other values raise.
+        ``folder_files`` ({value: {name: text}}) are written into the staged folders before the swap.
         """
         fs = self.files()
         wanted = sorted({str(v) for v in values})
@@ -289,6 +383,13 @@ class LakeResource(ConfigurableResource):
         if stray:
             fs.delete(staging)
             raise ValueError(f"rows for {column} {stray} were given to write {dataset} {column} {wanted}")
+        for value, named in (folder_files or {}).items():
+            if str(value) not in wanted:
+                raise ValueError(f"files for {column}={value} were given to write {dataset} {column} {wanted}")
+            for name, text in named.items():
+                if not name.startswith("_") or "/" in name:
+                    raise ValueError(f"bad folder file name {name!r}")
+                fs.write_text(f"{staging}/{column}={value}/{name}", text)
         target = self.folder_uri(dataset, subfolder)
         for value in wanted:
             new = f"{staging}/{column}={value}"

@@ -2,15 +2,62 @@
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from dagster import ConfigurableResource
 from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from ngsi_assets.ingest.landing import SegmentInfo, list_segments
+from ngsi_assets.ingest.landing import SegmentInfo, complete_prefix, iter_range_lines, list_segments
+
+# A landing range is read in pieces of this many bytes (one Spark task each).
+RANGE_PIECE_BYTES = 32 * 1024 * 1024
+RANGE_SOURCE = "ngsi_landing_ranges"
+
+# Ranges of landing segments: {"dt=YYYY-MM-DD-HH/<segment>.jsonl": [start, end], ...}, byte offsets.
+Ranges = Mapping[str, Sequence[int]]
+
+
+class LandingRangeSource(DataSource):
+    """Spark data source reading byte ranges of landing segments as lines (one ``value`` column).
+
+    Option ``ranges``: JSON ``[[path, start, end], ...]`` with ``end`` at a line boundary. Each range
+    is read in pieces of ``RANGE_PIECE_BYTES`` on the executors, which must see the landing folder
+    under the same path (as with ``spark.read.text``).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return RANGE_SOURCE
+
+    def schema(self) -> str:
+        return "value string"
+
+    def reader(self, schema: object) -> DataSourceReader:
+        return _LandingRangeReader(json.loads(self.options["ranges"]))
+
+
+class _LandingRangeReader(DataSourceReader):
+    def __init__(self, ranges: list[list]) -> None:
+        self.ranges = ranges
+
+    def partitions(self) -> list[InputPartition]:
+        pieces = []
+        for path, start, end in self.ranges:
+            for first in range(start, end, RANGE_PIECE_BYTES):
+                pieces.append(InputPartition((path, start, end, first, min(end, first + RANGE_PIECE_BYTES))))
+        return pieces or [InputPartition(None)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[str]]:
+        if partition.value is None:
+            return
+        path, start, end, first, last = partition.value
+        for line in iter_range_lines(path, start, end, first, last):
+            yield (line.decode("utf-8", errors="replace"),)
 
 
 class LandingZoneResource(ConfigurableResource):
@@ -32,6 +79,43 @@ class LandingZoneResource(ConfigurableResource):
         if not paths:
             return spark.createDataFrame([], "value string")
         return spark.read.text(paths)
+
+    def complete_ranges(
+        self, segments: Sequence[str] | Sequence[SegmentInfo] | None, positions: Mapping[str, int] | None = None
+    ) -> dict[str, list[int]]:
+        """Per segment: [from, to) with ``to`` just past its last complete line.
+
+        ``segments``: hourly partition keys (their segments), listed segments, or None (every
+        segment). ``from`` is the segment's offset in ``positions`` (0 when absent); segments with
+        nothing new are left out. A segment's name is relative to the root (``dt=.../<name>.jsonl``).
+        """
+        positions = positions or {}
+        out: dict[str, list[int]] = {}
+        listed = (
+            list(segments) if segments and isinstance(segments[0], SegmentInfo) else self.segments(segments)  # type: ignore[arg-type]
+        )
+        for seg in listed:
+            name = f"{seg.hour_dir}/{seg.path.name}"
+            start = int(positions.get(name, 0))
+            if seg.size <= start:
+                continue
+            end = complete_prefix(seg.path, start, seg.size)
+            if end > start:
+                out[name] = [start, end]
+        return out
+
+    def read_ranges(self, spark: SparkSession, ranges: Ranges | Sequence[tuple[str, int, int]]) -> DataFrame:
+        """The complete lines of segment byte ranges as a one-column (``value``) DataFrame.
+
+        ``ranges``: {segment name: [start, end]} or (segment name, start, end) triples.
+        """
+        triples = [(n, r[0], r[1]) for n, r in ranges.items()] if isinstance(ranges, Mapping) else list(ranges)
+        root = Path(self.root).resolve()
+        spec = [[str(root / name), int(start), int(end)] for name, start, end in sorted(triples) if end > start]
+        if not spec:
+            return spark.createDataFrame([], "value string")
+        spark.dataSource.register(LandingRangeSource)
+        return spark.read.format(RANGE_SOURCE).option("ranges", json.dumps(spec)).load()
 
     def torn_tails(self, partition_keys: Sequence[str]) -> int:
         """How many segments of these hours end in a partial line (a crash mid-write).

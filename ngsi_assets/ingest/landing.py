@@ -515,3 +515,58 @@ def iter_complete_lines(path: Path) -> Iterator[bytes]:
         for line in f:
             if line.endswith(b"\n"):
                 yield line[:-1]
+
+
+# ---- byte ranges: what continuous runs read ------------------------------------------------
+
+_TAIL_CHUNK = 64 * 1024
+
+
+def complete_prefix(path: Path, start: int, size: int) -> int:
+    """The offset just past the last ``\\n`` in bytes [start, size) of a segment; ``start`` if none.
+
+    A segment being appended to may end in part of a line (a batch's write in progress, or a torn
+    tail a crash left): a range read up to this offset holds complete lines only, and the partial
+    line is read by a later range once it is complete. Reads backwards from ``size`` in small
+    chunks, so it costs about one line, not the segment.
+    """
+    end = size
+    with open(path, "rb") as f:
+        while end > start:
+            begin = max(start, end - _TAIL_CHUNK)
+            f.seek(begin)
+            chunk = f.read(end - begin)
+            cut = chunk.rfind(b"\n")
+            if cut >= 0:
+                return begin + cut + 1
+            end = begin
+    return start
+
+
+def iter_range_lines(
+    path: str, start: int, end: int, first: int | None = None, last: int | None = None
+) -> Iterator[bytes]:
+    """The lines of bytes [start, end) of a segment that begin in [first, last), without ``\\n``.
+
+    ``[first, last)`` (default: the whole range) lets a large range be read in pieces: each line
+    belongs to the piece it starts in, as with Hadoop's line reader, and no line is read twice or
+    missed. A line that does not end by ``end`` (a partial tail) is not returned.
+    """
+    first = start if first is None else first
+    last = end if last is None else last
+    with open(path, "rb") as f:
+        pos = first
+        if first > start:
+            # Skip the line in progress at ``first``: it belongs to the piece before (the byte before
+            # ``first`` tells whether ``first`` itself starts a line).
+            f.seek(first - 1)
+            skipped = f.readline(max(0, end - first + 1))
+            pos = first - 1 + len(skipped)
+        else:
+            f.seek(first)
+        while pos < last and pos < end:
+            line = f.readline(end - pos)
+            if not line.endswith(b"\n"):
+                return
+            pos += len(line)
+            yield line[:-1]

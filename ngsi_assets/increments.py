@@ -1,0 +1,121 @@
+"""Increments: what a continuous run processes, as byte ranges of landing segments.
+
+The landing sensor asks for a run of one hour with the tag ``ngsi/increment``: the ranges of that
+hour's segments that landed since the previous increment, each ending at a line boundary. The run's
+assets read only those lines and add their rows to the hour as the increment's own files, so
+writing an increment again replaces exactly its rows. A run without the tag (a backfill, a
+materialization from the UI) recomputes its hours whole.
+
+The message store keeps, in each hour's folder, how far into each segment its rows go
+(``_positions.json``). A whole-hour run writes it with the rows it swaps in; an increment run
+advances it after its rows are in. An increment reads only past those positions, so an increment
+run after a whole-hour run (or run twice) never stores a line twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+INCREMENT_TAG = "ngsi/increment"
+POSITIONS_FILE = "_positions.json"
+
+
+@dataclass(frozen=True)
+class Increment:
+    """``ranges``: {segment name relative to the landing root: (start, end)}; ``id``: their digest."""
+
+    id: str
+    ranges: dict[str, tuple[int, int]]
+
+    @staticmethod
+    def of(ranges: Mapping[str, Sequence[int]]) -> Increment:
+        clean = {str(k): (int(v[0]), int(v[1])) for k, v in sorted(ranges.items())}
+        for name, (start, end) in clean.items():
+            if not 0 <= start < end:
+                raise ValueError(f"increment range of {name}: [{start}, {end}) is empty or negative")
+        digest = hashlib.sha256(json.dumps(sorted(clean.items())).encode()).hexdigest()[:20]
+        return Increment(digest, clean)
+
+    def hour_of(self, partition_keys: Sequence[str]) -> str:
+        """The one hour a run of this increment is for; its ranges must all be segments of that hour."""
+        if len(partition_keys) != 1:
+            raise ValueError(f"an increment run is for one hour, not {len(partition_keys)}: {list(partition_keys)[:3]}")
+        key = partition_keys[0]
+        hour_dir = "dt=" + key.removesuffix(":00")
+        foreign = sorted(n for n in self.ranges if n.split("/", 1)[0] != hour_dir)
+        if foreign:
+            raise ValueError(f"increment {self.id} of hour {key} names segments of other hours: {foreign[:3]}")
+        return key
+
+    def to_tag(self) -> str:
+        return json.dumps({"id": self.id, "ranges": {k: list(v) for k, v in self.ranges.items()}}, sort_keys=True)
+
+    @staticmethod
+    def from_tags(tags: Mapping[str, str]) -> Increment | None:
+        """The increment a run's tags ask for, or None for a whole-hour run; a damaged tag raises."""
+        text = tags.get(INCREMENT_TAG)
+        if not text:
+            return None
+        try:
+            raw = json.loads(text)
+            inc = Increment.of(raw["ranges"])
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            raise ValueError(f"run tag {INCREMENT_TAG} is not an increment: {exc}") from exc
+        if inc.id != raw.get("id"):
+            raise ValueError(f"run tag {INCREMENT_TAG}: id {raw.get('id')!r} does not match its ranges ({inc.id})")
+        return inc
+
+
+def parse_positions(text: str | None) -> dict[str, list[tuple[int, int]]]:
+    """``_positions.json`` -> {segment name: sorted, disjoint [start, end) ranges stored}."""
+    if not text:
+        return {}
+    return {str(k): [(int(r[0]), int(r[1])) for r in v] for k, v in json.loads(text).items()}
+
+
+def positions_text(positions: Mapping[str, Sequence[Sequence[int]]]) -> str:
+    return json.dumps({k: [list(r) for r in v] for k, v in sorted(positions.items())}, sort_keys=True)
+
+
+def unread_ranges(
+    ranges: Mapping[str, Sequence[int]], stored: Mapping[str, Sequence[Sequence[int]]]
+) -> list[tuple[str, int, int]]:
+    """The parts of ``ranges`` that no stored range covers, as (segment, start, end).
+
+    Ranges are stored as they commit, in any order: an increment whose run died after its rows
+    were in but before its range was recorded, rerun after a later increment, still finds its own
+    range unread.
+    """
+    out = []
+    for name, (start, end) in sorted(ranges.items()):
+        pos = start
+        for s, e in stored.get(name, ()):
+            if e <= pos or s >= end:
+                continue
+            if s > pos:
+                out.append((name, pos, s))
+            pos = max(pos, e)
+        if pos < end:
+            out.append((name, pos, end))
+    return out
+
+
+def advanced(
+    stored: Mapping[str, Sequence[Sequence[int]]], ranges: Sequence[tuple[str, int, int]]
+) -> dict[str, list[tuple[int, int]]]:
+    """``stored`` with ``ranges`` added, each segment's ranges merged where they touch."""
+    out = {k: [(int(r[0]), int(r[1])) for r in v] for k, v in stored.items()}
+    for name, start, end in ranges:
+        out.setdefault(name, []).append((start, end))
+    for name, rs in out.items():
+        merged: list[tuple[int, int]] = []
+        for s, e in sorted(rs):
+            if merged and s <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+            else:
+                merged.append((s, e))
+        out[name] = merged
+    return out
