@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ngsi_assets.assets.ingest import ngsi_events
+from ngsi_assets.increments import Increment
 from ngsi_assets.ngsi.sql_config import SqlSinkConfig
 from ngsi_assets.ngsi.sql_naming import Dialect, fixed_column, quote_ident
 from ngsi_assets.partitions import hourly_partitions
@@ -137,7 +138,11 @@ def _run_sink(
         reason = NOT_CONFIGURED if not configs else f"last_data_mode of every configured sink excludes {sink}"
         return {"skipped": reason}, [], reason
     session = spark.spark_session
-    events = lake.read(session, "ngsi_events", NGSI_EVENTS, keys)
+    inc = Increment.from_tags(context.run.tags)
+    if inc is None:
+        events = lake.read(session, "ngsi_events", NGSI_EVENTS, keys)
+    else:
+        events = lake.read_increment(session, "ngsi_events", NGSI_EVENTS, inc.hour_of(keys), inc.id)
     now_ms = int(time.time() * 1000)
     results = []
     all_rejects: DataFrame | None = None
@@ -156,6 +161,7 @@ def _run_sink(
             sink=sink,
             hours=hour_ranges(keys),
             now_ms=now_ms,
+            increment=None if inc is None else inc.id,
         )
         stats = write_dataframe(rows, job, writer_order(cfg, sink))
         if records is not None:
@@ -167,8 +173,13 @@ def _run_sink(
     dataset = f"{sink}_rejects" if sink == LAST_DATA else "historic_table_rejects"
     if all_rejects is None:  # unreachable: enabled is not empty
         raise RuntimeError("no sink was written")
-    lake.replace_partitions(all_rejects.select(*SQL_SINK_REJECTS.fieldNames()), dataset, keys)
-    stored = lake.read(session, dataset, SQL_SINK_REJECTS, keys)
+    if inc is None:
+        lake.replace_partitions(all_rejects.select(*SQL_SINK_REJECTS.fieldNames()), dataset, keys)
+        stored = lake.read(session, dataset, SQL_SINK_REJECTS, keys)
+    else:
+        lake.append_increment(all_rejects.select(*SQL_SINK_REJECTS.fieldNames()), dataset, keys[0], inc.id)
+        stored = lake.read_increment(session, dataset, SQL_SINK_REJECTS, keys[0], inc.id)
+        metadata["increment"] = inc.id
     by_reason = {
         f"{r['dialect']}: {r['reason']}": int(r["count"])
         for r in stored.groupBy("dialect", "reason").count().limit(50).collect()

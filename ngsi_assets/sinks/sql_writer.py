@@ -14,6 +14,10 @@ whole tables: the caller repartitions by (db, table) and sorts by table then key
      ``COPY``; MySQL multi-row ``INSERT`` of ``batch_size`` rows), then capping (keep the newest
      ``max_records``) and expiration (drop rows older than ``expiration_time``). Deleting the run's
      hours first makes a rerun leave the table exactly as one run does, with Cygnus's columns only.
+     An increment (a continuous run: part of an hour) deletes nothing: it records (table, increment)
+     in the bookkeeping table ``ngsi_assets_sink_state.historic_increments`` in the same transaction
+     as its rows, and a table that already has the increment is left alone, so each increment's
+     rows land exactly once.
    - last data: lock the existing rows of the batch's keys in key order, then one ordered upsert
      (PostgreSQL ``COPY`` into a temporary table and ``INSERT ... SELECT ... ORDER BY key ON CONFLICT
      DO UPDATE ... WHERE NOT stored > incoming``; MySQL ordered multi-row ``INSERT ... ON DUPLICATE KEY
@@ -54,6 +58,10 @@ OP_DELETE = "d"
 # MySQL needs a bounded length to index a column: 3 such columns of utf8mb4 fill InnoDB's 3072 bytes.
 MYSQL_KEY_CHARS = 256
 _SPOOL_MEMORY = 32 * 2**20
+# Where the writers record which increments each historic table holds (a schema in PostgreSQL, a
+# database in MySQL); a name no Cygnus data model derives from a service, a path and an entity.
+BOOKKEEPING = "ngsi_assets_sink_state"
+INCREMENTS_TABLE = "historic_increments"
 _COPY_CHUNK = 20_000
 
 
@@ -72,6 +80,8 @@ class WriteJob:
     hours: tuple[tuple[int, int], ...] = ()
     # Expiration cut-off (ms since the epoch), from the run's clock; None when expiration is off.
     now_ms: int | None = None
+    # A continuous run's increment id: historic rows are added once per table, nothing is deleted.
+    increment: str | None = None
 
     @property
     def dialect(self) -> Dialect:
@@ -286,6 +296,35 @@ class _Writer:
                 out.append((c, text))
         return out
 
+    def increments_table(self) -> str:
+        return f"{self.q(BOOKKEEPING)}.{self.q(INCREMENTS_TABLE)}"
+
+    def claim_increment(self, cur: Any, batch: TableBatch) -> bool:
+        """Record the job's increment for this table; False when the table already holds it."""
+        verb = "INSERT IGNORE INTO" if self.dialect is Dialect.MYSQL else "INSERT INTO"
+        tail = "" if self.dialect is Dialect.MYSQL else " ON CONFLICT DO NOTHING"
+        cur.execute(
+            f"{verb} {self.increments_table()} (db_name, table_name, increment, row_count) VALUES (%s, %s, %s, %s)"
+            + tail,
+            (batch.db, batch.table, self.job.increment, batch.rows),
+        )
+        return cur.rowcount == 1
+
+    def write_historic(self, cur: Any, batch: TableBatch, insert: Callable[[Iterable[tuple[Any, ...]]], None]) -> int:
+        """Replace the run's hours of the table (or add the increment's rows once), cap and expire."""
+        if self.job.increment is not None:
+            if not self.claim_increment(cur, batch):
+                return 0
+        else:
+            cond, params = self.hour_condition()
+            cur.execute(f"DELETE FROM {self.qt(batch)} WHERE {cond}", params)
+        values = self.values(batch)
+        if self.job.column_mode:
+            values = (v[:-1] for v in values)
+        insert(values)
+        self.cap_and_expire(cur, batch)
+        return batch.rows
+
     def hour_condition(self) -> tuple[str, list[Any]]:
         """SQL (and parameters) matching the rows of the run's hours, by receive time."""
         if not self.job.hours:
@@ -389,6 +428,14 @@ class _PostgresWriter(_Writer):
             if self.job.sink == LAST_DATA:
                 unique = ", UNIQUE (" + ", ".join(self.q(c) for c in self.key_columns()) + ")"
             cur.execute(f"CREATE TABLE IF NOT EXISTS {self.qt(batch)} ({cols}{unique})")
+            if self.job.increment is not None:
+                cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"ngsi-sql-ddl:{BOOKKEEPING}",))
+                cur.execute(f"CREATE SCHEMA IF NOT EXISTS {self.q(BOOKKEEPING)}")
+                cur.execute(
+                    f"CREATE TABLE IF NOT EXISTS {self.increments_table()} (db_name TEXT NOT NULL, "
+                    "table_name TEXT NOT NULL, increment TEXT NOT NULL, row_count BIGINT NOT NULL, "
+                    "written_at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (db_name, table_name, increment))"
+                )
             if self.job.column_mode:
                 have = set(self.existing_columns(cur, batch))
                 missing = [c for c in self.columns(batch) if c not in have]
@@ -408,14 +455,7 @@ class _PostgresWriter(_Writer):
         cols = self.columns(batch)
         with self.conn.cursor() as cur:
             if self.job.sink == HISTORIC:
-                cond, params = self.hour_condition()
-                cur.execute(f"DELETE FROM {self.qt(batch)} WHERE {cond}", params)
-                values = self.values(batch)
-                if self.job.column_mode:
-                    values = (v[:-1] for v in values)
-                self._copy(cur, self.qt(batch), cols, values)
-                self.cap_and_expire(cur, batch)
-                written = batch.rows
+                written = self.write_historic(cur, batch, lambda values: self._copy(cur, self.qt(batch), cols, values))
             else:
                 written = self._upsert(cur, batch, cols)
         self.conn.commit()
@@ -501,6 +541,14 @@ class _MySQLWriter(_Writer):
             if self.job.sink == LAST_DATA:
                 unique = ", UNIQUE KEY (" + ", ".join(self.q(c) for c in self.key_columns()) + ")"
             cur.execute(f"CREATE TABLE IF NOT EXISTS {self.qt(batch)} ({cols}{unique}) CHARACTER SET utf8mb4")
+            if self.job.increment is not None:
+                cur.execute(f"CREATE DATABASE IF NOT EXISTS {self.q(BOOKKEEPING)} CHARACTER SET utf8mb4")
+                cur.execute(
+                    f"CREATE TABLE IF NOT EXISTS {self.increments_table()} (db_name VARCHAR(64) NOT NULL, "
+                    "table_name VARCHAR(64) NOT NULL, increment VARCHAR(64) NOT NULL, row_count BIGINT NOT NULL, "
+                    "written_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), "
+                    "PRIMARY KEY (db_name, table_name, increment)) CHARACTER SET utf8mb4"
+                )
             if self.job.column_mode:
                 have = {c.lower() for c in self.existing_columns(cur, batch)}
                 for c in self.columns(batch):
@@ -527,15 +575,12 @@ class _MySQLWriter(_Writer):
         cols = self.columns(batch)
         with self.conn.cursor() as cur:
             if self.job.sink == HISTORIC:
-                cond, params = self.hour_condition()
-                cur.execute(f"DELETE FROM {self.qt(batch)} WHERE {cond}", params)
-                values = self.values(batch)
-                if self.job.column_mode:
-                    values = (v[:-1] for v in values)
-                for chunk in self._chunks(values):
-                    cur.execute(self._insert_sql(batch, cols, len(chunk)), [v for r in chunk for v in r])
-                self.cap_and_expire(cur, batch)
-                written = batch.rows
+
+                def insert(values: Iterable[tuple[Any, ...]]) -> None:
+                    for chunk in self._chunks(values):
+                        cur.execute(self._insert_sql(batch, cols, len(chunk)), [v for r in chunk for v in r])
+
+                written = self.write_historic(cur, batch, insert)
             else:
                 written = self._upsert(cur, batch, cols)
         self.conn.commit()
