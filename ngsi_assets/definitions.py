@@ -10,7 +10,14 @@ from ngsi_assets.assets.sql_sinks import historic_tables, last_data
 from ngsi_assets.assets.sth import sth_aggregates
 from ngsi_assets.assets.transaction_history import transaction_history
 from ngsi_assets.assets.versioned_entities import versioned_entities
-from ngsi_assets.sensors import ingest_job, landing_sensor, reprocess_job, reprocessing_sensor
+from ngsi_assets.sensors import (
+    derived_job,
+    increment_job,
+    ingest_job,
+    landing_sensor,
+    reprocess_job,
+    reprocessing_sensor,
+)
 from resources.history import TransactionHistoryResource
 from resources.lake import LakeResource
 from resources.landing import LandingZoneResource
@@ -48,7 +55,7 @@ def build_definitions(resources: dict[str, object] | None = None) -> Definitions
             sth_aggregates,
             transaction_history,
         ],
-        jobs=[ingest_job, reprocess_job],
+        jobs=[ingest_job, increment_job, derived_job, reprocess_job],
         sensors=[landing_sensor, reprocessing_sensor],
         resources=build_resources() if resources is None else resources,
         # Every Spark asset of a run shares one process, hence one Spark session (starting one costs

@@ -5,7 +5,6 @@ import json
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -28,6 +27,7 @@ from dagster import (
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ngsi_assets.assets.ingest import message_store
+from ngsi_assets.increments import INCREMENT_TAG, Increment
 from ngsi_assets.ingest.landing import SegmentInfo
 from ngsi_assets.partitions import hourly_partitions
 from resources.landing import LandingZoneResource
@@ -45,27 +45,110 @@ ingest_job = define_asset_job(
 )
 
 
+# Continuous runs: the landing sensor keeps the hot path (message store to last data and historic
+# tables) fed with increments, and brings the rest of the platform up to date hour by hour.
+# Two lanes, one run at a time in each (dagster.yaml's tag_concurrency_limits): the ingest lane
+# (increments, in order) and the derived lane (versioned entities, transaction history, STH, and
+# reprocessing). A whole-hour run writes everything, so it takes both lanes.
+INGEST_LANE = "ngsi/ingest-lane"
+DERIVED_LANE = "ngsi/derived-lane"
+REPAIR_TAG = "ngsi/repair"
+INCREMENT_ASSETS = ("message_store", "ngsi_events", "last_data", "historic_tables")
+
+increment_job = define_asset_job(
+    "ngsi_increment_job",
+    selection=AssetSelection.assets(*INCREMENT_ASSETS),
+    partitions_def=hourly_partitions,
+    description="Continuous mode: what landed since the previous increment (run tag ngsi/increment) through the "
+    "message store, the NGSI events, last data and historic tables.",
+)
+derived_job = define_asset_job(
+    "ngsi_derived_job",
+    selection=AssetSelection.assets(message_store).downstream() - AssetSelection.assets(*INCREMENT_ASSETS),
+    partitions_def=hourly_partitions,
+    description="Continuous mode: versioned entities, transaction history and STH aggregates of one hour, from "
+    "what the increments stored so far.",
+)
+
+
+class ContinuousSettings(BaseModel):
+    """How often the derived assets of an hour are brought up to date, from ``NGSI_*`` variables."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
+
+    derived_interval_s: float = Field(300.0, gt=0, alias="NGSI_DERIVED_INTERVAL_S")
+    hour_grace_s: float = Field(120.0, ge=0, alias="NGSI_HOUR_GRACE_S")
+
+    @staticmethod
+    def from_env(env: Mapping[str, str]) -> "ContinuousSettings":
+        names = {f.alias for f in ContinuousSettings.model_fields.values()}
+        try:
+            return ContinuousSettings.model_validate({k: v for k, v in env.items() if k in names})
+        except ValidationError as exc:
+            raise ValueError(f"continuous mode settings: {exc}") from exc
+
+
 @dataclass(frozen=True)
 class LandingCursor:
-    """What the sensor has already requested runs for.
+    """What the landing sensor has already asked for.
 
-    ``hours`` maps a recent hour's partition key to its signature (segment count and total bytes);
-    ``sealed_before`` is the oldest tracked hour, and ``sealed`` the signature of everything older.
+    ``positions``: per segment of a recent hour, the end of the last increment requested;
+    ``derived``: per recent hour, the increments (a digest of its positions) its last derived run
+    covers, and ``derived_at`` when that run was requested (epoch seconds). ``sealed_before`` is the
+    oldest tracked hour and ``sealed`` the signature of everything older, so the cursor stays small
+    however long the platform runs. ``hours`` is the whole-hour signature map of the cursor before
+    increments existed: hours found there are recomputed whole once, then tracked by position.
     """
 
-    hours: dict[str, str] = field(default_factory=dict)
+    positions: dict[str, int] = field(default_factory=dict)
+    derived: dict[str, str] = field(default_factory=dict)
+    derived_at: dict[str, float] = field(default_factory=dict)
     sealed_before: str | None = None
     sealed: str = "0:0"
+    hours: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps({"hours": self.hours, "sealed_before": self.sealed_before, "sealed": self.sealed})
+        return json.dumps(
+            {
+                "positions": self.positions,
+                "derived": self.derived,
+                "derived_at": self.derived_at,
+                "sealed_before": self.sealed_before,
+                "sealed": self.sealed,
+            },
+            sort_keys=True,
+        )
 
     @staticmethod
     def from_json(text: str | None) -> "LandingCursor":
         if not text:
             return LandingCursor()
         raw = json.loads(text)
-        return LandingCursor(dict(raw["hours"]), raw["sealed_before"], raw["sealed"])
+        return LandingCursor(
+            {k: int(v) for k, v in raw.get("positions", {}).items()},
+            dict(raw.get("derived", {})),
+            {k: float(v) for k, v in raw.get("derived_at", {}).items()},
+            raw.get("sealed_before"),
+            raw.get("sealed", "0:0"),
+            dict(raw.get("hours", {})),
+        )
+
+
+@dataclass(frozen=True)
+class OpenRuns:
+    """What the instance holds of the landing sensor's runs that have not finished."""
+
+    ingest_waiting: bool = False  # an ingest-lane run that has not started: it holds fixed ranges
+    ingest_hours: frozenset[str] = frozenset()  # hours with an ingest-lane run queued or executing
+    derived_waiting: bool = False
+
+
+@dataclass(frozen=True)
+class LandingRequest:
+    job_name: str
+    partition_key: str
+    run_key: str
+    tags: dict[str, str]
 
 
 def _signature(segments: Iterable[SegmentInfo]) -> str:
@@ -78,22 +161,50 @@ def _hours_before(key: str, hours: int) -> str:
     return t.strftime("%Y-%m-%d-%H:%M")
 
 
+def _hour_of_segment(name: str) -> str:
+    return name.split("/", 1)[0].removeprefix("dt=") + ":00"
+
+
+def _hour_end(key: str) -> datetime:
+    return datetime.strptime(key, "%Y-%m-%d-%H:%M").replace(tzinfo=UTC) + timedelta(hours=1)
+
+
+def _positions_digest(positions: Mapping[str, int], hour: str) -> str:
+    mine = sorted((n, p) for n, p in positions.items() if _hour_of_segment(n) == hour)
+    return f"{len(mine)}:{sum(p for _, p in mine)}"
+
+
+def whole_hour_request(hour: str, run_key: str, **tags: str) -> LandingRequest:
+    return LandingRequest(
+        ingest_job.name, hour, run_key, {INGEST_LANE: "1", DERIVED_LANE: "1", "ngsi/landing": run_key, **tags}
+    )
+
+
 def plan_landing_runs(
     segments: Sequence[SegmentInfo],
+    pending: Mapping[str, Sequence[int]],
     cursor: LandingCursor,
+    now: datetime,
+    open_runs: OpenRuns | None = None,
+    settings: ContinuousSettings | None = None,
     lookback_hours: int = LOOKBACK_HOURS,
-    waiting: AbstractSet[str] = frozenset(),
-) -> tuple[list[tuple[str, str]], LandingCursor]:
-    """(partition key, run key) for every hour whose landing data changed, and the next cursor.
+) -> tuple[list[LandingRequest], LandingCursor]:
+    """The runs to request for new landing data, and the next cursor. Pure: no I/O.
 
-    An hour's run key carries its signature, so the same data never gets two runs (Dagster
-    launches a run key once per sensor) and any growth of an hour gets a new run. Pure: no I/O.
+    ``pending``: per segment, the complete-line byte range [from, to) past ``cursor.positions``.
 
-    ``waiting`` holds the hours that already have a run of the ingest job that has not started
-    executing (queued): that run reads the hour's landing data when it starts, so it covers every
-    segment listed before it was found waiting, and no second run is requested. Under steady
-    traffic an hour therefore has at most one run executing and one waiting, however long runs take.
+    - The oldest hour with pending ranges gets an increment run of exactly those ranges, unless an
+      ingest-lane run is still waiting: then nothing (the queue holds at most one waiting run; the
+      ranges are asked for by a later tick).
+    - An hour whose increments moved since its last derived run gets a derived run when it is
+      closed (its end plus ``hour_grace_s`` has passed, nothing of it is pending or executing) or
+      when ``derived_interval_s`` has passed since the last one; one waiting derived run at most.
+    - Hours older than the lookback are sealed into one signature; data appearing there (files
+      restored by hand) gets whole-hour runs, as does an hour known only to a cursor from before
+      increments.
     """
+    open_runs = open_runs or OpenRuns()
+    settings = settings or ContinuousSettings()
     by_hour: dict[str, list[SegmentInfo]] = {}
     for seg in segments:
         by_hour.setdefault(seg.partition_key, []).append(seg)
@@ -102,68 +213,152 @@ def plan_landing_runs(
     sealed_before = _hours_before(max(by_hour), lookback_hours)
     if cursor.sealed_before is not None:
         sealed_before = max(sealed_before, cursor.sealed_before)
-
-    def request(hour: str) -> tuple[str, str]:
-        return hour, f"{hour}@{_signature(by_hour[hour])}"
-
-    requests: list[tuple[str, str]] = []
+    requests: list[LandingRequest] = []
     previously_sealed = [h for h in sorted(by_hour) if cursor.sealed_before is not None and h < cursor.sealed_before]
     if _signature(s for h in previously_sealed for s in by_hour[h]) != cursor.sealed:
         # Files restored or copied into long-past hours by hand: ask for all of them; run keys
         # make Dagster launch only the hours whose own data changed.
-        requests.extend(request(h) for h in previously_sealed)
-    tracked: dict[str, str] = {}
-    for hour in sorted(by_hour):
+        requests.extend(whole_hour_request(h, f"{h}@{_signature(by_hour[h])}") for h in previously_sealed)
+    positions = {n: p for n, p in cursor.positions.items() if _hour_of_segment(n) >= sealed_before}
+    todo: dict[str, dict[str, list[int]]] = {}
+    leaving: set[str] = set()
+    for name, r in pending.items():
+        hour = _hour_of_segment(name)
         if hour in previously_sealed:
             continue
-        sig = _signature(by_hour[hour])
-        if cursor.hours.get(hour) != sig and hour not in waiting:
-            requests.append(request(hour))
         if hour >= sealed_before:
-            tracked[hour] = sig
+            todo.setdefault(hour, {})[name] = [int(r[0]), int(r[1])]
+        else:
+            leaving.add(hour)
+    # Hours sealed with data no increment read (a landing zone older than the lookback when the
+    # sensor first starts, or the sensor off for days) are recomputed whole.
+    requests.extend(whole_hour_request(h, f"{h}@{_signature(by_hour[h])}") for h in sorted(leaving))
+    # An hour the cursor before increments knew is recomputed whole once, then followed by position.
+    migrated: set[str] = set()
+    for hour in sorted(h for h in cursor.hours if h in todo and not any(_hour_of_segment(n) == h for n in positions)):
+        requests.append(whole_hour_request(hour, f"{hour}@migrate:{_signature(by_hour[hour])}"))
+        for name, r in todo.pop(hour).items():
+            positions[name] = r[1]
+        migrated.add(hour)
+    increment_hour = None
+    if todo and not open_runs.ingest_waiting:
+        increment_hour = min(todo)
+        inc = Increment.of(todo[increment_hour])
+        requests.append(
+            LandingRequest(
+                increment_job.name,
+                increment_hour,
+                f"{increment_hour}@{inc.id}",
+                {INCREMENT_TAG: inc.to_tag(), INGEST_LANE: "1"},
+            )
+        )
+        for name, (_, end) in inc.ranges.items():
+            positions[name] = end
+    derived = {h: d for h, d in cursor.derived.items() if h >= sealed_before}
+    derived_at = {h: t for h, t in cursor.derived_at.items() if h >= sealed_before}
+    for hour in migrated:  # the whole-hour run computes the derived assets too
+        derived[hour] = _positions_digest(positions, hour)
+        derived_at[hour] = now.timestamp()
+    if not open_runs.derived_waiting:
+        for hour in sorted({_hour_of_segment(n) for n in positions}):
+            digest = _positions_digest(positions, hour)
+            if derived.get(hour) == digest:
+                continue
+            closed = (
+                now >= _hour_end(hour) + timedelta(seconds=settings.hour_grace_s)
+                and hour not in todo
+                and hour not in open_runs.ingest_hours
+            )
+            # An hour that has ended waits for its closing run rather than a periodic one.
+            due = now < _hour_end(hour) and now.timestamp() - derived_at.get(hour, 0.0) >= settings.derived_interval_s
+            if closed or (due and hour != increment_hour):
+                requests.append(LandingRequest(derived_job.name, hour, f"{hour}@derived:{digest}", {DERIVED_LANE: "1"}))
+                # A run requested while increments of the hour are still open may start before they
+                # end: it covers them only partly, so the hour's closing run is still due.
+                derived[hour] = digest if closed else "~" + digest
+                derived_at[hour] = now.timestamp()
+                break
     sealed = _signature(s for h in by_hour if h < sealed_before for s in by_hour[h])
-    return requests, LandingCursor(tracked, sealed_before, sealed)
+    return requests, LandingCursor(positions, derived, derived_at, sealed_before, sealed)
 
 
 @sensor(
-    job=ingest_job,
-    minimum_interval_seconds=30,
+    jobs=[ingest_job, increment_job, derived_job],
+    minimum_interval_seconds=10,
     default_status=DefaultSensorStatus.RUNNING,
-    description="Runs the hours that new landing data touches.",
+    description="Continuous mode: increments of new landing data through the message store to last data and "
+    "historic tables, derived runs (versioned entities, history, STH) per hour, and whole-hour repairs of "
+    "failed increments.",
 )
 def landing_sensor(context: SensorEvaluationContext, landing: LandingZoneResource) -> Iterator[RunRequest | SkipReason]:
     cursor = LandingCursor.from_json(context.cursor)
-    # Segments first, then the waiting runs: a run found waiting has not read the landing zone yet,
-    # so it will see every segment of this listing.
+    open_runs = open_landing_runs(context.instance)
     segments = landing.segments()
-    waiting = waiting_ingest_hours(context.instance)
-    requests, new_cursor = plan_landing_runs(segments, cursor, waiting=waiting)
+    # Only hours the cursor still tracks are read for new ranges: older ones are sealed.
+    recent = [s for s in segments if cursor.sealed_before is None or s.partition_key >= cursor.sealed_before]
+    pending = landing.complete_ranges(recent, cursor.positions)
+    requests, new_cursor = plan_landing_runs(
+        segments, pending, cursor, utc_now(), open_runs, ContinuousSettings.from_env(os.environ)
+    )
+    requests += repair_requests(context.instance)
+    for req in requests:
+        yield RunRequest(run_key=req.run_key, job_name=req.job_name, partition_key=req.partition_key, tags=req.tags)
+    if new_cursor != cursor:
+        context.update_cursor(new_cursor.to_json())
     if not requests:
-        if new_cursor != cursor:
-            context.update_cursor(new_cursor.to_json())
-            yield SkipReason(f"new landing data of {len(waiting)} hour(s) left to the runs waiting for them")
-            return
-        yield SkipReason("no new landing data")
-        return
-    for partition_key, run_key in requests:
-        yield RunRequest(run_key=run_key, partition_key=partition_key, tags={"ngsi/landing": run_key})
-    context.update_cursor(new_cursor.to_json())
+        if pending and open_runs.ingest_waiting:
+            yield SkipReason("new landing data left to the next increment: one is waiting to start")
+        else:
+            yield SkipReason("no new landing data")
 
 
-# Runs that exist but have not begun executing steps: they will read the landing zone when they do.
+# Runs that exist but have not begun executing steps.
 _WAITING_RUN_STATUSES = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING]
 PARTITION_TAG = "dagster/partition"
+_OPEN_RUNS_LIMIT = 1000
+# Failed runs older than this are not repaired by the sensor any more (the UI still shows them).
+REPAIR_WINDOW = timedelta(days=2)
 
 
-def waiting_ingest_hours(instance: DagsterInstance) -> set[str]:
-    """Hours with a single-hour run of the ingest job that has not started executing yet."""
+def open_landing_runs(instance: DagsterInstance) -> OpenRuns:
+    """The landing sensor's unfinished runs, by lane."""
     runs = instance.get_runs(
-        filters=RunsFilter(job_name=ingest_job.name, statuses=_WAITING_RUN_STATUSES), limit=_WAITING_RUNS_LIMIT
+        filters=RunsFilter(statuses=[*_WAITING_RUN_STATUSES, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]),
+        limit=_OPEN_RUNS_LIMIT,
     )
-    return {r.tags[PARTITION_TAG] for r in runs if PARTITION_TAG in r.tags}
+    ingest = [r for r in runs if INGEST_LANE in r.tags]
+    return OpenRuns(
+        ingest_waiting=any(r.status in _WAITING_RUN_STATUSES for r in ingest),
+        ingest_hours=frozenset(r.tags[PARTITION_TAG] for r in ingest if PARTITION_TAG in r.tags),
+        derived_waiting=any(r.status in _WAITING_RUN_STATUSES for r in runs if DERIVED_LANE in r.tags),
+    )
 
 
-_WAITING_RUNS_LIMIT = 1000
+def repair_requests(instance: DagsterInstance, now: datetime | None = None) -> list[LandingRequest]:
+    """A whole-hour ingest run for each increment run that failed for good.
+
+    "For good": failed or canceled, not itself a repair, and not retried by Dagster (run retries
+    make a child run, judged on its own). The run key names the failed run, so each gets one
+    repair; a repair that fails is left to the user (the UI shows it), never retried in a loop.
+    """
+    now = now or utc_now()
+    failed = instance.get_runs(
+        filters=RunsFilter(
+            job_name=increment_job.name,
+            statuses=[DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED],
+            updated_after=now - REPAIR_WINDOW,
+        ),
+        limit=_OPEN_RUNS_LIMIT,
+    )
+    out = []
+    for run in failed:
+        hour = run.tags.get(PARTITION_TAG)
+        if hour is None or REPAIR_TAG in run.tags:
+            continue
+        if instance.get_runs(filters=RunsFilter(tags={"dagster/parent_run_id": run.run_id}), limit=1):
+            continue
+        out.append(whole_hour_request(hour, f"repair:{run.run_id}", **{REPAIR_TAG: run.run_id}))
+    return out
 
 
 # --- Reprocessing: seed 004 status 1 ("requires reprocessing") resubmitted on a backoff schedule ---
@@ -408,6 +603,8 @@ def plan_reprocessing(
                 partition_key=key,
                 run_key=f"reprocess:{key}:{backlog.episode}:{attempt}",
                 tags={
+                    # The same lane as derived runs: both write versioned entities and the history.
+                    DERIVED_LANE: "1",
                     ATTEMPT_TAG: str(attempt),
                     REASON_TAG: f"{backlog.count} messages in status 1 (requires reprocessing) "
                     f"since {_iso(backlog.since)}",

@@ -1,4 +1,5 @@
-"""The landing sensor: cursor progress, no missed and no repeated data across ticks."""
+"""The landing sensor in continuous mode: increments that cover every landed byte exactly once, a
+bounded queue, derived runs per hour, sealed hours, and repairs of failed increments."""
 
 from __future__ import annotations
 
@@ -7,13 +8,26 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
+from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
+from ngsi_assets.increments import INCREMENT_TAG, Increment
 from ngsi_assets.ingest.landing import LandingWriter, SegmentInfo
 from ngsi_assets.ngsi.envelope import Envelope, hour_dir, partition_key
-from ngsi_assets.sensors import LandingCursor, landing_sensor, plan_landing_runs
+from ngsi_assets.sensors import (
+    DERIVED_LANE,
+    INGEST_LANE,
+    REPAIR_TAG,
+    ContinuousSettings,
+    LandingCursor,
+    OpenRuns,
+    landing_sensor,
+    plan_landing_runs,
+    repair_requests,
+)
 from resources.landing import LandingZoneResource
 
 BASE = datetime(2026, 3, 1, 0, 0, tzinfo=UTC)
+SETTINGS = ContinuousSettings(derived_interval_s=300, hour_grace_s=120)
 
 
 def _seg(hour: int, name: str, size: int) -> SegmentInfo:
@@ -21,57 +35,152 @@ def _seg(hour: int, name: str, size: int) -> SegmentInfo:
     return SegmentInfo(Path(f"/l/{hour_dir(ms)}/{name}.jsonl"), hour_dir(ms), partition_key(ms), size)
 
 
+def _name(seg: SegmentInfo) -> str:
+    return f"{seg.hour_dir}/{seg.path.name}"
+
+
 def _key(hour: int) -> str:
     return (BASE + timedelta(hours=hour)).strftime("%Y-%m-%d-%H:00")
 
 
-def test_first_tick_requests_every_hour_then_nothing() -> None:
-    segs = [_seg(0, "a", 10), _seg(0, "b", 5), _seg(1, "c", 7)]
-    requests, cursor = plan_landing_runs(segs, LandingCursor())
-    assert requests == [(_key(0), f"{_key(0)}@2:15"), (_key(1), f"{_key(1)}@1:7")]
-    again, cursor2 = plan_landing_runs(segs, LandingCursor.from_json(cursor.to_json()))
-    assert again == [] and cursor2 == cursor
+def _pending(segs: list[SegmentInfo], cursor: LandingCursor) -> dict[str, list[int]]:
+    """What complete_ranges returns when every segment ends at a line boundary."""
+    out = {}
+    for s in segs:
+        start = cursor.positions.get(_name(s), 0)
+        if s.size > start and (cursor.sealed_before is None or s.partition_key >= cursor.sealed_before):
+            out[_name(s)] = [start, s.size]
+    return out
 
 
-def test_growth_and_new_segments_request_only_their_hour() -> None:
-    _, cursor = plan_landing_runs([_seg(0, "a", 10), _seg(1, "c", 7)], LandingCursor())
-    requests, cursor = plan_landing_runs([_seg(0, "a", 10), _seg(1, "c", 9)], cursor)
-    assert requests == [(_key(1), f"{_key(1)}@1:9")]
-    requests, cursor = plan_landing_runs([_seg(0, "a", 10), _seg(1, "c", 9), _seg(1, "d", 1)], cursor)
-    assert requests == [(_key(1), f"{_key(1)}@2:10")]
-    requests, _ = plan_landing_runs([_seg(0, "a", 10), _seg(1, "c", 9), _seg(1, "d", 1), _seg(2, "e", 3)], cursor)
-    assert requests == [(_key(2), f"{_key(2)}@1:3")]
+def _plan(segs, cursor=None, now=None, open_runs=None, **kw):  # noqa: ANN001, ANN202
+    cursor = cursor or LandingCursor()
+    now = now or BASE + timedelta(hours=max(int(s.hour_dir[-2:]) for s in segs), minutes=30)
+    return plan_landing_runs(segs, _pending(segs, cursor), cursor, now, open_runs, SETTINGS, **kw)
+
+
+def _increments(requests) -> list[tuple[str, dict]]:  # noqa: ANN001
+    return [
+        (r.partition_key, Increment.from_tags(r.tags).ranges) for r in requests if r.job_name == "ngsi_increment_job"
+    ]
+
+
+def test_increments_cover_each_hour_once_oldest_first() -> None:
+    a, b, c = _seg(0, "a", 10), _seg(0, "b", 5), _seg(1, "c", 7)
+    requests, cursor = _plan([a, b, c])
+    assert _increments(requests) == [(_key(0), {_name(a): (0, 10), _name(b): (0, 5)})]
+    assert INGEST_LANE in requests[0].tags and DERIVED_LANE not in requests[0].tags
+    assert requests[0].run_key == f"{_key(0)}@{Increment.from_tags(requests[0].tags).id}"
+    requests, cursor = _plan([a, b, c], LandingCursor.from_json(cursor.to_json()))
+    assert _increments(requests) == [(_key(1), {_name(c): (0, 7)})]
+    grown = [a, _seg(0, "b", 9), _seg(1, "c", 12)]
+    requests, cursor = _plan(grown, cursor)
+    assert _increments(requests) == [(_key(0), {_name(b): (5, 9)})]
+    requests, cursor = _plan(grown, cursor)
+    assert _increments(requests) == [(_key(1), {_name(c): (7, 12)})]
+    assert _increments(_plan(grown, cursor)[0]) == []
+
+
+def test_no_increment_while_one_waits_and_nothing_is_skipped_after() -> None:
+    a = _seg(0, "a", 10)
+    _, cursor = _plan([a])
+    grown = [_seg(0, "a", 30)]
+    requests, after = _plan(grown, cursor, open_runs=OpenRuns(ingest_waiting=True))
+    assert _increments(requests) == [] and after.positions == cursor.positions
+    requests, _ = _plan(grown, after, open_runs=OpenRuns(ingest_hours=frozenset({_key(0)})))
+    assert _increments(requests) == [(_key(0), {_name(a): (10, 30)})]
 
 
 def test_old_hours_are_sealed_and_the_cursor_stays_small() -> None:
-    segs = [_seg(h, f"s{h}", 100 + h) for h in range(200)]
-    requests, cursor = plan_landing_runs(segs, LandingCursor(), lookback_hours=48)
-    assert len(requests) == 200
-    assert len(cursor.hours) == 49  # hours 151..199
-    assert cursor.sealed_before == _key(151)
-    assert cursor.sealed == f"151:{sum(100 + h for h in range(151))}"
-    assert plan_landing_runs(segs, cursor, lookback_hours=48)[0] == []
+    segs = [_seg(h, f"s{h}", 100 + h) for h in range(60)]
+    requests, cursor = _plan(segs, lookback_hours=48)
+    # Hours already past the lookback when first seen are recomputed whole, one run each.
+    whole = [r.partition_key for r in requests if r.job_name == "ngsi_ingest_job"]
+    assert whole == [_key(h) for h in range(11)]
+    seen = [k for k, _ in _increments(requests)]
+    for _ in range(60):
+        requests, cursor = _plan(segs, cursor, lookback_hours=48)
+        seen += [k for k, _ in _increments(requests)]
+        assert not [r for r in requests if r.job_name == "ngsi_ingest_job"]
+    assert seen == [_key(h) for h in range(11, 60)]  # every tracked hour by increments, once
+    assert len(cursor.positions) == 49
+    assert cursor.sealed_before == _key(11)
+    assert cursor.sealed == f"11:{sum(100 + h for h in range(11))}"
 
 
-def test_data_appearing_in_a_sealed_hour_is_not_missed() -> None:
-    segs = [_seg(h, f"s{h}", 100) for h in range(100)]
-    _, cursor = plan_landing_runs(segs, LandingCursor(), lookback_hours=10)
+def test_an_hour_leaving_the_window_with_unread_data_is_recomputed_whole() -> None:
+    a = _seg(0, "a", 10)
+    _, cursor = _plan([a], lookback_hours=2)
+    # Hour 0 grows and, in the same tick, hour 5 appears and pushes it out of the window.
+    requests, cursor = _plan([_seg(0, "a", 20), _seg(5, "b", 1)], cursor, lookback_hours=2)
+    assert [(r.job_name, r.partition_key) for r in requests if r.job_name != "ngsi_derived_job"] == [
+        ("ngsi_ingest_job", _key(0)),
+        ("ngsi_increment_job", _key(5)),
+    ]
+    assert not [
+        r
+        for r in _plan([_seg(0, "a", 20), _seg(5, "b", 1)], cursor, lookback_hours=2)[0]
+        if r.job_name != "ngsi_derived_job"
+    ]
+
+
+def test_data_appearing_in_a_sealed_hour_gets_a_whole_hour_run() -> None:
+    segs = [_seg(h, f"s{h}", 100) for h in range(20)]
+    cursor = LandingCursor()
+    for _ in range(12):
+        _, cursor = _plan(segs, cursor, lookback_hours=10)
     restored = [*segs, _seg(3, "restored", 50)]
-    requests, cursor2 = plan_landing_runs(restored, cursor, lookback_hours=10)
-    # Every sealed hour is asked for again, but only hour 3's run key is new: Dagster launches
-    # a run key once, so only hour 3 runs.
-    assert (_key(3), f"{_key(3)}@2:150") in requests
-    unchanged = {rk for _, rk in requests} - {f"{_key(3)}@2:150"}
-    assert unchanged == {f"{_key(h)}@1:100" for h in range(89) if h != 3}
-    assert plan_landing_runs(restored, cursor2, lookback_hours=10)[0] == []
+    requests, cursor2 = _plan(restored, cursor, lookback_hours=10)
+    whole = {r.run_key for r in requests if r.job_name == "ngsi_ingest_job"}
+    assert f"{_key(3)}@2:150" in whole  # run keys: only hour 3's is new, so only hour 3 runs
+    # A whole-hour run writes every asset: it takes both lanes.
+    assert all({INGEST_LANE, DERIVED_LANE} <= set(r.tags) for r in requests if r.job_name == "ngsi_ingest_job")
+    assert not [r for r in _plan(restored, cursor2, lookback_hours=10)[0] if r.job_name == "ngsi_ingest_job"]
 
 
-def test_hours_leaving_the_window_between_ticks_are_not_missed() -> None:
-    _, cursor = plan_landing_runs([_seg(0, "a", 10)], LandingCursor(), lookback_hours=2)
-    # Hour 0 grows, and in the same tick hour 5 appears, pushing hour 0 out of the window.
-    requests, cursor = plan_landing_runs([_seg(0, "a", 20), _seg(5, "b", 1)], cursor, lookback_hours=2)
-    assert requests == [(_key(0), f"{_key(0)}@1:20"), (_key(5), f"{_key(5)}@1:1")]
-    assert plan_landing_runs([_seg(0, "a", 20), _seg(5, "b", 1)], cursor, lookback_hours=2)[0] == []
+def test_derived_runs_when_due_and_once_more_when_the_hour_closes() -> None:
+    a = _seg(0, "a", 10)
+    t = BASE + timedelta(minutes=10)
+    requests, cursor = _plan([a], now=t)
+    assert [r.job_name for r in requests] == ["ngsi_increment_job"]  # not in the tick of its increment
+    requests, cursor = _plan(
+        [a], cursor, now=t + timedelta(seconds=10), open_runs=OpenRuns(ingest_hours=frozenset({_key(0)}))
+    )
+    (derived,) = requests
+    assert derived.job_name == "ngsi_derived_job" and DERIVED_LANE in derived.tags
+    # More data, but the interval has not passed: no derived run.
+    grown = [_seg(0, "a", 20)]
+    requests, cursor = _plan(grown, cursor, now=t + timedelta(seconds=20))
+    assert [r.job_name for r in requests] == ["ngsi_increment_job"]
+    assert _plan(grown, cursor, now=t + timedelta(seconds=100))[0] == []
+    # The hour ends; within the grace period nothing, after it (increments done) the closing run.
+    end = BASE + timedelta(hours=1)
+    assert _plan(grown, cursor, now=end + timedelta(seconds=60))[0] == []
+    busy = OpenRuns(ingest_hours=frozenset({_key(0)}))
+    assert _plan(grown, cursor, now=end + timedelta(seconds=130), open_runs=busy)[0] == []
+    requests, cursor = _plan(grown, cursor, now=end + timedelta(seconds=130))
+    assert [r.job_name for r in requests] == ["ngsi_derived_job"]
+    # Nothing changed since the closing run: no more runs, ever.
+    assert _plan(grown, cursor, now=end + timedelta(hours=3))[0] == []
+    # A waiting derived run holds back the next one.
+    assert (
+        _plan(grown, LandingCursor(), now=end + timedelta(seconds=130), open_runs=OpenRuns(derived_waiting=True))[0][
+            0
+        ].job_name
+        == "ngsi_increment_job"
+    )
+
+
+def test_a_cursor_from_before_increments_recomputes_its_hours_whole_once() -> None:
+    a, b = _seg(0, "a", 10), _seg(1, "b", 5)
+    legacy = LandingCursor.from_json(json.dumps({"hours": {_key(0): "1:10"}, "sealed_before": None, "sealed": "0:0"}))
+    requests, cursor = _plan([a, b], legacy)
+    assert [(r.job_name, r.partition_key) for r in requests] == [
+        ("ngsi_ingest_job", _key(0)),
+        ("ngsi_increment_job", _key(1)),
+    ]
+    assert cursor.positions == {_name(a): 10, _name(b): 5}
+    assert not [r for r in _plan([a, b], cursor)[0] if r.job_name != "ngsi_derived_job"]
 
 
 def _write(writer: LandingWriter, hour: int, n: int, start: int) -> None:
@@ -83,93 +192,116 @@ def _write(writer: LandingWriter, hour: int, n: int, start: int) -> None:
     )  # fmt: skip
 
 
-def test_sensor_ticks_with_a_live_writer(tmp_path: Path) -> None:
-    landing = LandingZoneResource(root=str(tmp_path))
-    instance = DagsterInstance.ephemeral()
-    cursor: str | None = None
-    seen_run_keys: list[str] = []
-    requested_hours: set[str] = set()
+class Ticks:
+    """The real sensor over a real landing folder, on an instance where runs can be put by hand."""
 
-    def tick() -> list[RunRequest]:
-        nonlocal cursor
-        ctx = build_sensor_context(cursor=cursor, instance=instance, resources={"landing": landing})
+    def __init__(self, tmp_path: Path) -> None:
+        self.landing = LandingZoneResource(root=str(tmp_path))
+        self.instance = DagsterInstance.ephemeral()
+        self.cursor: str | None = None
+
+    def tick(self) -> list[RunRequest | SkipReason]:
+        ctx = build_sensor_context(cursor=self.cursor, instance=self.instance, resources={"landing": self.landing})
         out = list(landing_sensor(ctx))
-        cursor = ctx.cursor
-        runs = [r for r in out if isinstance(r, RunRequest)]
-        assert runs or any(isinstance(r, SkipReason) for r in out)
-        return runs
+        self.cursor = ctx.cursor
+        return out
 
-    assert tick() == []
+    def runs(self) -> list[RunRequest]:
+        return [r for r in self.tick() if isinstance(r, RunRequest) and r.job_name == "ngsi_increment_job"]
+
+    def put(self, request: RunRequest, status: DagsterRunStatus, run_id: str | None = None) -> DagsterRun:
+        run = DagsterRun(
+            job_name=request.job_name,
+            run_id=run_id or f"r{len(self.instance.get_runs())}",
+            status=status,
+            tags={**request.tags, "dagster/partition": request.partition_key},
+        )
+        self.instance.add_run(run)
+        return run
+
+
+def test_sensor_ticks_with_live_writers_cover_every_byte_once(tmp_path: Path) -> None:
+    t = Ticks(tmp_path)
+    assert t.runs() == []
+    covered: dict[str, list[tuple[int, int]]] = {}
+
+    def take() -> None:
+        for r in t.runs():
+            for name, rng in Increment.from_tags(r.tags).ranges.items():
+                covered.setdefault(name, []).append(rng)
+
     with LandingWriter(tmp_path) as w1:
         _write(w1, 0, 5, 0)
         _write(w1, 1, 3, 100)
-    runs = tick()
-    assert sorted(r.partition_key for r in runs) == [_key(0), _key(1)]
-    seen_run_keys += [r.run_key for r in runs]
-    requested_hours |= {r.partition_key for r in runs}
-    assert tick() == []  # nothing new: no repeated runs
+        take()
+        _write(w1, 1, 4, 110)
+        take()
+        take()
     with LandingWriter(tmp_path) as w2:  # a restarted receiver writes a new segment
         _write(w2, 1, 2, 200)
         _write(w2, 2, 1, 300)
-    runs = tick()
-    assert sorted(r.partition_key for r in runs) == [_key(1), _key(2)]
-    seen_run_keys += [r.run_key for r in runs]
-    requested_hours |= {r.partition_key for r in runs}
-    assert tick() == []
-    assert len(seen_run_keys) == len(set(seen_run_keys))
-    # Every hour that holds data was requested, and its last request saw all of its bytes.
-    segs = landing.segments()
-    assert requested_hours == {s.partition_key for s in segs}
-    state = json.loads(cursor)
-    for hour in requested_hours:
-        mine = [s for s in segs if s.partition_key == hour]
-        assert state["hours"][hour] == f"{len(mine)}:{sum(s.size for s in mine)}"
+    for _ in range(4):
+        take()
+    assert t.runs() == []
+    # Each segment is covered from 0 to its size by contiguous, non-overlapping ranges.
+    segs = t.landing.segments()
+    assert sorted(covered) == sorted(_name(s) for s in segs)
+    for s in segs:
+        ranges = covered[_name(s)]
+        assert ranges[0][0] == 0 and ranges[-1][1] == s.size
+        assert all(x[1] == y[0] for x, y in zip(ranges, ranges[1:], strict=False))
 
 
-def test_an_hour_with_a_waiting_run_gets_no_second_run() -> None:
-    _, cursor = plan_landing_runs([_seg(0, "a", 10), _seg(1, "c", 7)], LandingCursor())
-    grown = [_seg(0, "a", 10), _seg(1, "c", 9), _seg(2, "d", 1)]
-    requests, after = plan_landing_runs(grown, cursor, waiting={_key(1)})
-    # Hour 1's waiting run will read the grown hour when it starts; hour 2 is new.
-    assert requests == [(_key(2), f"{_key(2)}@1:1")]
-    assert after.hours[_key(1)] == "1:9"
-    # Once that run is executing, growth gets one new run again.
-    requests, _ = plan_landing_runs([*grown[:1], _seg(1, "c", 12), grown[2]], after)
-    assert requests == [(_key(1), f"{_key(1)}@1:12")]
+def test_a_partial_line_is_left_for_the_next_increment(tmp_path: Path) -> None:
+    t = Ticks(tmp_path)
+    with LandingWriter(tmp_path) as w:
+        _write(w, 0, 2, 0)
+    (seg,) = t.landing.segments()
+    size = seg.size
+    with open(seg.path, "ab") as f:  # a batch being written: half a line so far
+        f.write(b'{"message_id":"half')
+    (run,) = t.runs()
+    assert Increment.from_tags(run.tags).ranges == {_name(seg): (0, size)}
+    assert t.runs() == []
 
 
-def test_sensor_under_steady_traffic_keeps_one_waiting_run_per_hour(tmp_path: Path) -> None:
-    from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
-
-    landing = LandingZoneResource(root=str(tmp_path))
-    instance = DagsterInstance.ephemeral()
-    cursor: str | None = None
-
-    def tick() -> list[RunRequest | SkipReason]:
-        nonlocal cursor
-        ctx = build_sensor_context(cursor=cursor, instance=instance, resources={"landing": landing})
-        out = list(landing_sensor(ctx))
-        cursor = ctx.cursor
-        return out
-
-    def queue(run_request: RunRequest, status: DagsterRunStatus) -> DagsterRun:
-        run = DagsterRun(job_name="ngsi_ingest_job", run_id=f"r{len(instance.get_runs())}", status=status,
-                         tags={"dagster/partition": run_request.partition_key})  # fmt: skip
-        instance.add_run(run)
-        return run
-
+def test_steady_traffic_keeps_at_most_one_increment_waiting(tmp_path: Path) -> None:
+    t = Ticks(tmp_path)
     with LandingWriter(tmp_path) as w:
         _write(w, 0, 5, 0)
-        (first,) = [r for r in tick() if isinstance(r, RunRequest)]
-        run = queue(first, DagsterRunStatus.NOT_STARTED)  # QUEUED needs a code location
-        for i in range(3):  # traffic keeps coming while the run waits: no new run, the cursor moves on
+        (first,) = t.runs()
+        waiting = t.put(first, DagsterRunStatus.NOT_STARTED)  # QUEUED needs a code location
+        for i in range(3):  # traffic keeps coming while it waits: no new run
             _write(w, 0, 2, 100 + 10 * i)
-            out = tick()
-            assert not [r for r in out if isinstance(r, RunRequest)]
-            assert "left to the runs waiting" in out[0].skip_message
-        instance.delete_run(run.run_id)  # the run starts executing
-        queue(first, DagsterRunStatus.STARTED)
-        assert tick()[0].skip_message == "no new landing data"  # the started run read all of it
-        _write(w, 0, 1, 200)
-        (second,) = [r for r in tick() if isinstance(r, RunRequest)]
-        assert second.partition_key == first.partition_key
+            out = t.tick()
+            assert not [r for r in out if isinstance(r, RunRequest) and r.job_name == "ngsi_increment_job"]
+        t.instance.delete_run(waiting.run_id)
+        t.put(first, DagsterRunStatus.STARTED)  # it starts: the next increment takes all that came since
+        (second,) = t.runs()
+        assert Increment.from_tags(second.tags).ranges == {
+            n: (Increment.from_tags(first.tags).ranges[n][1], r[1])
+            for n, r in Increment.from_tags(second.tags).ranges.items()
+        }
+
+
+def test_a_failed_increment_gets_one_whole_hour_repair(tmp_path: Path) -> None:
+    t = Ticks(tmp_path)
+    with LandingWriter(tmp_path) as w:
+        _write(w, 0, 3, 0)
+    (run,) = t.runs()
+    failed = t.put(run, DagsterRunStatus.FAILURE, run_id="failed-1")
+    (repair,) = repair_requests(t.instance, now=datetime.now(UTC))
+    assert repair.job_name == "ngsi_ingest_job" and repair.partition_key == run.partition_key
+    assert repair.run_key == f"repair:{failed.run_id}" and INCREMENT_TAG not in repair.tags
+    assert {INGEST_LANE, DERIVED_LANE} <= set(repair.tags)
+    # The sensor asks for it (Dagster launches a run key once).
+    assert [r.run_key for r in t.tick() if isinstance(r, RunRequest) and r.job_name == "ngsi_ingest_job"] == [
+        repair.run_key
+    ]
+    # A failed repair is not repaired again; a run Dagster retried is judged by its retry.
+    t.put(RunRequest(run_key="x", job_name="ngsi_increment_job", partition_key=run.partition_key,
+                     tags={**repair.tags}), DagsterRunStatus.FAILURE, run_id="failed-repair")  # fmt: skip
+    t.put(RunRequest(run_key="y", job_name="ngsi_increment_job", partition_key=run.partition_key,
+                     tags={**run.tags, "dagster/parent_run_id": failed.run_id}), DagsterRunStatus.STARTED)  # fmt: skip
+    assert repair_requests(t.instance, now=datetime.now(UTC)) == []
+    assert REPAIR_TAG in repair.tags

@@ -110,17 +110,16 @@ def run_demo(workdir: Path, seed: int, notifications: int, hours: int) -> int:
         print("the receiver failed to answer some requests; see", workdir / "receiver.log")
         return 1
 
-    _section("3. the landing sensor picks the hours to run")
-    from dagster import DagsterInstance, build_sensor_context
+    _section("3. the hours that hold landed data")
+    from dagster import DagsterInstance
     from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
     from ngsi_assets.definitions import defs
-    from ngsi_assets.sensors import landing_sensor
+    from ngsi_assets.materialize import landed_hours
 
     instance = DagsterInstance.get()
     resources = defs.resources
-    ctx = build_sensor_context(instance=instance, resources={"landing": resources["landing"]})
-    hours_to_run = sorted({r.partition_key for r in landing_sensor(ctx) if getattr(r, "partition_key", None)})
+    hours_to_run = landed_hours(resources["landing"])
     print(f"hours with new landing data: {hours_to_run}")
     if not hours_to_run:
         print("nothing landed")
