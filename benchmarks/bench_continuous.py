@@ -5,7 +5,8 @@
 Started here, each in its own process group, on free loopback ports and a fresh work folder:
 PostgreSQL and MariaDB (as the tests start them), a Spark Connect server every run shares, the
 receiver (``ngsi-assets serve``) and the Dagster daemon with the platform's sensors (the landing
-sensor requests ``ngsi_ingest_job`` runs; ``dagster.yaml``'s queue runs one at a time). Both SQL sinks
+sensor requests ``ngsi_increment_job`` runs of what landed since the previous one, and
+``ngsi_derived_job`` runs per hour; ``dagster.yaml``'s queue runs one of each at a time). Both SQL sinks
 write historic tables and last data (``last_data_mode: both``, ``dm-by-entity-type``); STH aggregates
 stay in the lake (no ``NGSI_MONGO_URL``: SecantusDB cannot take this write rate).
 
@@ -213,6 +214,7 @@ def pct(values: list[float], p: float) -> float:
 
 
 def runs_summary(home: Path) -> list[tuple[str, float, str]]:
+    """(job name, duration in seconds, status) of every finished run."""
     from dagster import DagsterInstance
 
     out = []
@@ -220,11 +222,7 @@ def runs_summary(home: Path) -> list[tuple[str, float, str]]:
         for record in instance.get_run_records():
             if record.start_time and record.end_time:
                 out.append(
-                    (
-                        record.dagster_run.tags.get("dagster/partition", ""),
-                        record.end_time - record.start_time,
-                        record.dagster_run.status.value,
-                    )
+                    (record.dagster_run.job_name, record.end_time - record.start_time, record.dagster_run.status.value)
                 )
     return out
 
@@ -374,6 +372,16 @@ def main(argv: list[str] | None = None) -> int:
                 "max": max(durations) if durations else None,
                 "failed": sum(1 for *_, s in runs if s != "SUCCESS"),
             },
+            "runs_by_job": {
+                job: {
+                    "runs": len(ds),
+                    "median": statistics.median(ds),
+                    "max": max(ds),
+                    "failed": sum(1 for j, _, s in runs if j == job and s != "SUCCESS"),
+                }
+                for job in sorted({j for j, _, _ in runs})
+                for ds in [[d for j, d, _ in runs if j == job]]
+            },
             "cpu_busy_mean": statistics.mean(cpu_during) if cpu_during else None,
             "caught_up_after_traffic_s": round(drain_s) if drained else None,
             "completeness": complete,
@@ -412,6 +420,11 @@ def render(r: dict[str, Any]) -> str:
         f"| runs waiting (max during traffic) | {r['queue_max_waiting']} |",
         f"| runs; duration median / max (s); failed | {r['runs']}; {fmt(r['run_seconds']['median'])} / "
         f"{fmt(r['run_seconds']['max'])}; {r['run_seconds']['failed']} |",
+        *[
+            f"| `{job}` runs; duration median / max (s); failed | {j['runs']}; {fmt(j['median'])} / "
+            f"{fmt(j['max'])}; {j['failed']} |"
+            for job, j in r.get("runs_by_job", {}).items()
+        ],
         f"| CPU busy (mean over the traffic) | "
         f"{'-' if r['cpu_busy_mean'] is None else format(r['cpu_busy_mean'], '.0%')} |",
         f"| caught up after traffic stopped (s) | {r['caught_up_after_traffic_s'] or 'not within the drain time'} |",
