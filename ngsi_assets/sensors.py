@@ -194,8 +194,8 @@ def plan_landing_runs(
     ``pending``: per segment, the complete-line byte range [from, to) past ``cursor.positions``.
 
     - The oldest hour with pending ranges gets an increment run of exactly those ranges, unless an
-      ingest-lane run is still waiting: then nothing (the queue holds at most one waiting run; the
-      ranges are asked for by a later tick).
+      ingest-lane run is still waiting or executing: then nothing (a later tick asks for them, and
+      for everything that landed meanwhile, once the lane is free).
     - An hour whose increments moved since its last derived run gets a derived run when it is
       closed (its end plus ``hour_grace_s`` has passed, nothing of it is pending or executing) or
       when ``derived_interval_s`` has passed since the last one; one waiting derived run at most.
@@ -241,7 +241,10 @@ def plan_landing_runs(
             positions[name] = r[1]
         migrated.add(hour)
     increment_hour = None
-    if todo and not open_runs.ingest_waiting:
+    # One increment at a time, none waiting: an increment's ranges are fixed when it is requested,
+    # so a waiting one would leave what lands while it waits to the one after it. Requested once the
+    # lane is free, the next increment takes everything that landed meanwhile.
+    if todo and not open_runs.ingest_waiting and not open_runs.ingest_hours:
         increment_hour = min(todo)
         inc = Increment.of(todo[increment_hour])
         requests.append(
@@ -284,7 +287,7 @@ def plan_landing_runs(
 
 @sensor(
     jobs=[ingest_job, increment_job, derived_job],
-    minimum_interval_seconds=10,
+    minimum_interval_seconds=5,
     default_status=DefaultSensorStatus.RUNNING,
     description="Continuous mode: increments of new landing data through the message store to last data and "
     "historic tables, derived runs (versioned entities, history, STH) per hour, and whole-hour repairs of "
@@ -306,8 +309,8 @@ def landing_sensor(context: SensorEvaluationContext, landing: LandingZoneResourc
     if new_cursor != cursor:
         context.update_cursor(new_cursor.to_json())
     if not requests:
-        if pending and open_runs.ingest_waiting:
-            yield SkipReason("new landing data left to the next increment: one is waiting to start")
+        if pending and (open_runs.ingest_waiting or open_runs.ingest_hours):
+            yield SkipReason("new landing data left to the next increment: the ingest lane is busy")
         else:
             yield SkipReason("no new landing data")
 

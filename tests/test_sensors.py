@@ -81,13 +81,14 @@ def test_increments_cover_each_hour_once_oldest_first() -> None:
     assert _increments(_plan(grown, cursor)[0]) == []
 
 
-def test_no_increment_while_one_waits_and_nothing_is_skipped_after() -> None:
+def test_no_increment_while_one_waits_or_executes_and_nothing_is_skipped_after() -> None:
     a = _seg(0, "a", 10)
     _, cursor = _plan([a])
     grown = [_seg(0, "a", 30)]
-    requests, after = _plan(grown, cursor, open_runs=OpenRuns(ingest_waiting=True))
-    assert _increments(requests) == [] and after.positions == cursor.positions
-    requests, _ = _plan(grown, after, open_runs=OpenRuns(ingest_hours=frozenset({_key(0)})))
+    for busy in (OpenRuns(ingest_waiting=True), OpenRuns(ingest_hours=frozenset({_key(0)}))):
+        requests, after = _plan(grown, cursor, open_runs=busy)
+        assert _increments(requests) == [] and after.positions == cursor.positions
+    requests, _ = _plan(grown, cursor)
     assert _increments(requests) == [(_key(0), {_name(a): (10, 30)})]
 
 
@@ -265,22 +266,25 @@ def test_a_partial_line_is_left_for_the_next_increment(tmp_path: Path) -> None:
     assert t.runs() == []
 
 
-def test_steady_traffic_keeps_at_most_one_increment_waiting(tmp_path: Path) -> None:
+def test_steady_traffic_keeps_one_increment_at_a_time(tmp_path: Path) -> None:
     t = Ticks(tmp_path)
     with LandingWriter(tmp_path) as w:
         _write(w, 0, 5, 0)
         (first,) = t.runs()
-        waiting = t.put(first, DagsterRunStatus.NOT_STARTED)  # QUEUED needs a code location
-        for i in range(3):  # traffic keeps coming while it waits: no new run
-            _write(w, 0, 2, 100 + 10 * i)
+        run = t.put(first, DagsterRunStatus.NOT_STARTED)  # QUEUED needs a code location
+        for i, status in enumerate([DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTED, DagsterRunStatus.STARTED]):
+            t.instance.delete_run(run.run_id)
+            run = t.put(first, status)
+            _write(w, 0, 2, 100 + 10 * i)  # traffic keeps coming while it waits, then runs: no new run
             out = t.tick()
             assert not [r for r in out if isinstance(r, RunRequest) and r.job_name == "ngsi_increment_job"]
-        t.instance.delete_run(waiting.run_id)
-        t.put(first, DagsterRunStatus.STARTED)  # it starts: the next increment takes all that came since
+            assert "the ingest lane is busy" in out[-1].skip_message
+        t.instance.delete_run(run.run_id)
+        t.put(first, DagsterRunStatus.SUCCESS)  # it ends: the next increment takes all that came since
         (second,) = t.runs()
+        (seg,) = t.landing.segments()
         assert Increment.from_tags(second.tags).ranges == {
-            n: (Increment.from_tags(first.tags).ranges[n][1], r[1])
-            for n, r in Increment.from_tags(second.tags).ranges.items()
+            _name(seg): (Increment.from_tags(first.tags).ranges[_name(seg)][1], seg.size)
         }
 
 
