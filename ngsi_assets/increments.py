@@ -23,6 +23,11 @@ INCREMENT_TAG = "ngsi/increment"
 POSITIONS_FILE = "_positions.json"
 
 
+def segment_hour(name: str) -> str:
+    """The hourly partition key of a segment named ``dt=YYYY-MM-DD-HH/<file>`` (relative to the root)."""
+    return name.split("/", 1)[0].removeprefix("dt=") + ":00"
+
+
 @dataclass(frozen=True)
 class Increment:
     """``ranges``: {segment name relative to the landing root: (start, end)}; ``id``: their digest."""
@@ -44,8 +49,7 @@ class Increment:
         if len(partition_keys) != 1:
             raise ValueError(f"an increment run is for one hour, not {len(partition_keys)}: {list(partition_keys)[:3]}")
         key = partition_keys[0]
-        hour_dir = "dt=" + key.removesuffix(":00")
-        foreign = sorted(n for n in self.ranges if n.split("/", 1)[0] != hour_dir)
+        foreign = sorted(n for n in self.ranges if segment_hour(n) != key)
         if foreign:
             raise ValueError(f"increment {self.id} of hour {key} names segments of other hours: {foreign[:3]}")
         return key

@@ -27,7 +27,7 @@ from dagster import (
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ngsi_assets.assets.ingest import message_store
-from ngsi_assets.increments import INCREMENT_TAG, Increment
+from ngsi_assets.increments import INCREMENT_TAG, Increment, segment_hour
 from ngsi_assets.ingest.landing import SegmentInfo
 from ngsi_assets.partitions import hourly_partitions
 from resources.landing import LandingZoneResource
@@ -161,16 +161,12 @@ def _hours_before(key: str, hours: int) -> str:
     return t.strftime("%Y-%m-%d-%H:%M")
 
 
-def _hour_of_segment(name: str) -> str:
-    return name.split("/", 1)[0].removeprefix("dt=") + ":00"
-
-
 def _hour_end(key: str) -> datetime:
     return datetime.strptime(key, "%Y-%m-%d-%H:%M").replace(tzinfo=UTC) + timedelta(hours=1)
 
 
 def _positions_digest(positions: Mapping[str, int], hour: str) -> str:
-    mine = sorted((n, p) for n, p in positions.items() if _hour_of_segment(n) == hour)
+    mine = sorted((n, p) for n, p in positions.items() if segment_hour(n) == hour)
     return f"{len(mine)}:{sum(p for _, p in mine)}"
 
 
@@ -219,11 +215,11 @@ def plan_landing_runs(
         # Files restored or copied into long-past hours by hand: ask for all of them; run keys
         # make Dagster launch only the hours whose own data changed.
         requests.extend(whole_hour_request(h, f"{h}@{_signature(by_hour[h])}") for h in previously_sealed)
-    positions = {n: p for n, p in cursor.positions.items() if _hour_of_segment(n) >= sealed_before}
+    positions = {n: p for n, p in cursor.positions.items() if segment_hour(n) >= sealed_before}
     todo: dict[str, dict[str, list[int]]] = {}
     leaving: set[str] = set()
     for name, r in pending.items():
-        hour = _hour_of_segment(name)
+        hour = segment_hour(name)
         if hour in previously_sealed:
             continue
         if hour >= sealed_before:
@@ -235,7 +231,7 @@ def plan_landing_runs(
     requests.extend(whole_hour_request(h, f"{h}@{_signature(by_hour[h])}") for h in sorted(leaving))
     # An hour the cursor before increments knew is recomputed whole once, then followed by position.
     migrated: set[str] = set()
-    for hour in sorted(h for h in cursor.hours if h in todo and not any(_hour_of_segment(n) == h for n in positions)):
+    for hour in sorted(h for h in cursor.hours if h in todo and not any(segment_hour(n) == h for n in positions)):
         requests.append(whole_hour_request(hour, f"{hour}@migrate:{_signature(by_hour[hour])}"))
         for name, r in todo.pop(hour).items():
             positions[name] = r[1]
@@ -263,7 +259,7 @@ def plan_landing_runs(
         derived[hour] = _positions_digest(positions, hour)
         derived_at[hour] = now.timestamp()
     if not open_runs.derived_waiting:
-        for hour in sorted({_hour_of_segment(n) for n in positions}):
+        for hour in sorted({segment_hour(n) for n in positions}):
             digest = _positions_digest(positions, hour)
             if derived.get(hour) == digest:
                 continue

@@ -26,6 +26,19 @@ PARTITION_COLUMN = "dt"
 STAGING = "_staging"
 
 
+def _with_partition_column(schema: StructType) -> StructType:
+    """``schema`` with the ``dt`` column Spark adds when it reads hour folders."""
+    if PARTITION_COLUMN in schema.fieldNames():
+        return schema
+    return StructType([*schema.fields, StructField(PARTITION_COLUMN, StringType())])
+
+
+def _check_side_file_name(name: str) -> None:
+    """Small files kept in a dataset's folders start with ``_`` (Spark skips them) and name no path."""
+    if not name.startswith("_") or "/" in name:
+        raise ValueError(f"bad side file name {name!r}")
+
+
 def key_to_dt(partition_key: str) -> str:
     """Dagster hourly key ``2026-11-22-14:00`` -> lake partition value ``2026-11-22-14``."""
     if len(partition_key) != 16 or not partition_key.endswith(":00"):
@@ -197,11 +210,7 @@ class LakeResource(ConfigurableResource):
 
         A dataset or hour that was never written reads as empty, with ``schema``.
         """
-        full_schema = (
-            schema
-            if PARTITION_COLUMN in schema.fieldNames()
-            else StructType([*schema.fields, StructField(PARTITION_COLUMN, StringType())])
-        )
+        full_schema = _with_partition_column(schema)
         fs = self.files()
         uri = self.dataset_uri(dataset)
         # Name the hour folders wanted rather than filter the dataset: Spark lists every file under
@@ -281,15 +290,7 @@ class LakeResource(ConfigurableResource):
         fs = self.files()
         dt = key_to_dt(partition_key)
         self.delete_increment(dataset, partition_key, increment_id)
-        staging = f"{self.root_uri}/{STAGING}/{dataset}/{uuid.uuid4().hex}"
-        writer = df.write.mode("overwrite").partitionBy(PARTITION_COLUMN)
-        for name in no_dictionary:
-            writer = writer.option(f"parquet.enable.dictionary#{name}", "false")
-        writer.parquet(staging)
-        stray = sorted(set(fs.list_partition_values(staging, PARTITION_COLUMN)) - {dt})
-        if stray:
-            fs.delete(staging)
-            raise ValueError(f"rows for {PARTITION_COLUMN} {stray} were given to the increment of {dataset} {dt}")
+        staging = self._stage(df, dataset, PARTITION_COLUMN, [dt], no_dictionary)
         staged = f"{staging}/{PARTITION_COLUMN}={dt}"
         prefix = self._increment_prefix(increment_id)
         final = self.partition_uri(dataset, partition_key)
@@ -298,15 +299,28 @@ class LakeResource(ConfigurableResource):
             fs.rename(f"{staged}/{name}", f"{final}/{prefix}{i:05d}.parquet")
         fs.delete(staging)
 
+    def _stage(
+        self, df: DataFrame, dataset: str, column: str, wanted: Sequence[str], no_dictionary: Sequence[str]
+    ) -> str:
+        """Write ``df`` partitioned by ``column`` to a fresh staging folder; rows for values not in
+        ``wanted`` are a bug in the caller and raise (the staging folder is removed)."""
+        fs = self.files()
+        staging = f"{self.root_uri}/{STAGING}/{dataset}/{uuid.uuid4().hex}"
+        writer = df.write.mode("overwrite").partitionBy(column)
+        for name in no_dictionary:
+            writer = writer.option(f"parquet.enable.dictionary#{name}", "false")
+        writer.parquet(staging)
+        stray = sorted(set(fs.list_partition_values(staging, column)) - set(wanted))
+        if stray:
+            fs.delete(staging)
+            raise ValueError(f"rows for {column} {stray} were given to write {dataset} {column} {list(wanted)}")
+        return staging
+
     def read_increment(
         self, spark: SparkSession, dataset: str, schema: StructType, partition_key: str, increment_id: str
     ) -> DataFrame:
         """The rows an increment added to an hour (empty when it added none), with a ``dt`` column."""
-        full_schema = (
-            schema
-            if PARTITION_COLUMN in schema.fieldNames()
-            else StructType([*schema.fields, StructField(PARTITION_COLUMN, StringType())])
-        )
+        full_schema = _with_partition_column(schema)
         paths = self._increment_files(dataset, partition_key, increment_id)
         if not paths:
             return spark.createDataFrame([], full_schema)
@@ -317,8 +331,7 @@ class LakeResource(ConfigurableResource):
         return self.files().read_text(f"{self.partition_uri(dataset, partition_key)}/{name}")
 
     def write_hour_file(self, dataset: str, partition_key: str, name: str, text: str) -> None:
-        if not name.startswith("_") or "/" in name:
-            raise ValueError(f"bad hour file name {name!r}")
+        _check_side_file_name(name)
         self.files().write_text(f"{self.partition_uri(dataset, partition_key)}/{name}", text)
 
     def folder_uri(self, dataset: str, subfolder: str = "") -> str:
@@ -374,21 +387,12 @@ class LakeResource(ConfigurableResource):
         wanted = sorted({str(v) for v in values})
         if not wanted:
             return
-        staging = f"{self.root_uri}/{STAGING}/{dataset}/{uuid.uuid4().hex}"
-        writer = df.write.mode("overwrite").partitionBy(column)
-        for name in no_dictionary:
-            writer = writer.option(f"parquet.enable.dictionary#{name}", "false")
-        writer.parquet(staging)
-        stray = sorted(set(fs.list_partition_values(staging, column)) - set(wanted))
-        if stray:
-            fs.delete(staging)
-            raise ValueError(f"rows for {column} {stray} were given to write {dataset} {column} {wanted}")
+        staging = self._stage(df, dataset, column, wanted, no_dictionary)
         for value, named in (folder_files or {}).items():
             if str(value) not in wanted:
                 raise ValueError(f"files for {column}={value} were given to write {dataset} {column} {wanted}")
             for name, text in named.items():
-                if not name.startswith("_") or "/" in name:
-                    raise ValueError(f"bad folder file name {name!r}")
+                _check_side_file_name(name)
                 fs.write_text(f"{staging}/{column}={value}/{name}", text)
         target = self.folder_uri(dataset, subfolder)
         for value in wanted:

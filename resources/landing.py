@@ -73,13 +73,6 @@ class LandingZoneResource(ConfigurableResource):
         wanted = set(partition_keys)
         return [s for s in found if s.partition_key in wanted]
 
-    def read_lines(self, spark: SparkSession, partition_keys: Sequence[str]) -> DataFrame:
-        """The lines of the given hours as a one-column (``value``) DataFrame."""
-        paths = [str(s.path) for s in self.segments(partition_keys)]
-        if not paths:
-            return spark.createDataFrame([], "value string")
-        return spark.read.text(paths)
-
     def complete_ranges(
         self, segments: Sequence[str] | Sequence[SegmentInfo] | None, positions: Mapping[str, int] | None = None
     ) -> dict[str, list[int]]:

@@ -22,6 +22,7 @@ from ngsi_assets.increments import (
     advanced,
     parse_positions,
     positions_text,
+    segment_hour,
     unread_ranges,
 )
 from ngsi_assets.ngsi.constants import MessageStatus
@@ -57,9 +58,14 @@ def _breakdown(df: DataFrame, *columns: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def _has_guids(lines: DataFrame) -> bool:
-    """Whether any of these landing lines carries a guid (most notifications do not)."""
-    return bool(parse_landing_lines(lines).where(F.col("guid").isNotNull()).limit(1).count())
+def _count_lines(lines: DataFrame) -> tuple[int, bool]:
+    """How many landing lines, and whether any carries a guid (most notifications do not): one Spark job."""
+    row = (
+        parse_landing_lines(lines)
+        .agg(F.count("*").alias("n"), F.max(F.col("guid").isNotNull().cast("int")).alias("guids"))
+        .first()
+    )
+    return int(row["n"]), bool(row["guids"])
 
 
 def _store_hours(
@@ -73,9 +79,7 @@ def _store_hours(
     lines = landing.read_ranges(session, ranges)
     first_dt = min(key_to_dt(k) for k in keys)
     earlier = lake.read(session, "message_store", MESSAGE_STORE).where(F.col(PARTITION_COLUMN) < first_dt)
-    positions = {
-        k: {n: [(0, r[1])] for n, r in ranges.items() if n.split("/", 1)[0] == "dt=" + key_to_dt(k)} for k in keys
-    }
+    positions = {k: {n: [(0, r[1])] for n, r in ranges.items() if segment_hour(n) == k} for k in keys}
     lake.replace_partitions(
         build_message_store(lines, earlier.select("guid")),
         "message_store",
@@ -107,7 +111,7 @@ def _store_increment(
     if todo:
         lake.delete_increment("message_store", key, inc.id)
         lines = landing.read_ranges(session, todo).persist()
-        has_guids = _has_guids(lines)
+        line_count, has_guids = _count_lines(lines)
         # Guids are deduplicated against every message stored before; skipped when the increment
         # has none, so a run does not read the whole history's guids for nothing.
         earlier = lake.read(session, "message_store", MESSAGE_STORE).where(F.col(PARTITION_COLUMN) <= key_to_dt(key))
@@ -116,7 +120,6 @@ def _store_increment(
             build_message_store(lines, earlier_guids), "message_store", key, inc.id, no_dictionary=["data"]
         )
         lake.write_hour_file("message_store", key, POSITIONS_FILE, positions_text(advanced(positions, todo)))
-        line_count = lines.count()
         lines.unpersist()
     stored = lake.read_increment(session, "message_store", MESSAGE_STORE, key, inc.id)
     return stored, line_count, has_guids

@@ -142,7 +142,8 @@ def _run_sink(
     if inc is None:
         events = lake.read(session, "ngsi_events", NGSI_EVENTS, keys)
     else:
-        events = lake.read_increment(session, "ngsi_events", NGSI_EVENTS, inc.hour_of(keys), inc.id)
+        hour = inc.hour_of(keys)
+        events = lake.read_increment(session, "ngsi_events", NGSI_EVENTS, hour, inc.id)
     now_ms = int(time.time() * 1000)
     results = []
     all_rejects: DataFrame | None = None
@@ -177,8 +178,8 @@ def _run_sink(
         lake.replace_partitions(all_rejects.select(*SQL_SINK_REJECTS.fieldNames()), dataset, keys)
         stored = lake.read(session, dataset, SQL_SINK_REJECTS, keys)
     else:
-        lake.append_increment(all_rejects.select(*SQL_SINK_REJECTS.fieldNames()), dataset, keys[0], inc.id)
-        stored = lake.read_increment(session, dataset, SQL_SINK_REJECTS, keys[0], inc.id)
+        lake.append_increment(all_rejects.select(*SQL_SINK_REJECTS.fieldNames()), dataset, hour, inc.id)
+        stored = lake.read_increment(session, dataset, SQL_SINK_REJECTS, hour, inc.id)
         metadata["increment"] = inc.id
     by_reason = {
         f"{r['dialect']}: {r['reason']}": int(r["count"])

@@ -191,6 +191,12 @@ class _Writer:
         self.cfg = job.config
         self.conn: Any = None
         self.conn_database: str | None = None  # the database self.conn is on (None: the URL's)
+        # Databases where this writer has made the increments bookkeeping table (once, not per batch).
+        self.bookkeeping_in: set[str | None] = set()
+
+    def needs_bookkeeping(self, database: str | None) -> bool:
+        """Whether an increment's writer has yet to make the bookkeeping table in this database."""
+        return self.job.increment is not None and database not in self.bookkeeping_in
 
     # -- connection -------------------------------------------------------------------------------
     def _connect(self, database: str | None = None) -> Any:
@@ -428,7 +434,8 @@ class _PostgresWriter(_Writer):
             if self.job.sink == LAST_DATA:
                 unique = ", UNIQUE (" + ", ".join(self.q(c) for c in self.key_columns()) + ")"
             cur.execute(f"CREATE TABLE IF NOT EXISTS {self.qt(batch)} ({cols}{unique})")
-            if self.job.increment is not None:
+            bookkeeping = self.needs_bookkeeping(batch.database)
+            if bookkeeping:
                 cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"ngsi-sql-ddl:{BOOKKEEPING}",))
                 cur.execute(f"CREATE SCHEMA IF NOT EXISTS {self.q(BOOKKEEPING)}")
                 cur.execute(
@@ -443,6 +450,8 @@ class _PostgresWriter(_Writer):
                     adds = ", ".join(f"ADD COLUMN IF NOT EXISTS {self.q(c)} TEXT" for c in missing)
                     cur.execute(f"ALTER TABLE {self.qt(batch)} {adds}")
         self.conn.commit()
+        if bookkeeping:
+            self.bookkeeping_in.add(batch.database)
 
     def _copy(self, cur: Any, target: str, columns: list[str], rows: Iterable[Sequence[Any]]) -> None:
         cols = ", ".join(self.q(c) for c in columns)
@@ -541,7 +550,8 @@ class _MySQLWriter(_Writer):
             if self.job.sink == LAST_DATA:
                 unique = ", UNIQUE KEY (" + ", ".join(self.q(c) for c in self.key_columns()) + ")"
             cur.execute(f"CREATE TABLE IF NOT EXISTS {self.qt(batch)} ({cols}{unique}) CHARACTER SET utf8mb4")
-            if self.job.increment is not None:
+            bookkeeping = self.needs_bookkeeping(None)  # one bookkeeping database per MySQL server
+            if bookkeeping:
                 cur.execute(f"CREATE DATABASE IF NOT EXISTS {self.q(BOOKKEEPING)} CHARACTER SET utf8mb4")
                 cur.execute(
                     f"CREATE TABLE IF NOT EXISTS {self.increments_table()} (db_name VARCHAR(64) NOT NULL, "
@@ -560,6 +570,8 @@ class _MySQLWriter(_Writer):
                         if exc.args[0] != 1060:  # duplicate column: another writer added it first
                             raise
         self.conn.commit()
+        if bookkeeping:
+            self.bookkeeping_in.add(None)
 
     def _chunks(self, rows: Iterable[Sequence[Any]]) -> Iterator[list[Sequence[Any]]]:
         it = iter(rows)
