@@ -245,6 +245,30 @@ def _run_config(args: argparse.Namespace) -> int:
     return cygnus_import.run(args)
 
 
+# ---- sth-api ---------------------------------------------------------------------------------
+
+
+def _configure_sth_api(parser: argparse.ArgumentParser) -> None:
+    from ngsi_assets.sth_api import DEFAULT_PORT as STH_PORT
+
+    parser.add_argument("--host", default="0.0.0.0", help="address to bind (default 0.0.0.0)")
+    parser.add_argument(
+        "--port", type=int, default=STH_PORT, help=f"port (default {STH_PORT}, STH-Comet's; 0: any free)"
+    )
+
+
+def _run_sth_api(args: argparse.Namespace) -> int:
+    from ngsi_assets.sth_api import ApiSettings, serve
+
+    try:
+        api_settings = ApiSettings.from_env()
+    except ValueError as exc:
+        print(f"ngsi-assets sth-api: {exc}", file=sys.stderr)
+        return 2
+    serve(args.host, args.port, api_settings)
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "serve": Command("run the notification receiver", _configure_serve, _run_serve),
     "load": Command("land notifications from files through the receiver's validation", _configure_load, _run_load),
@@ -254,6 +278,11 @@ COMMANDS: dict[str, Command] = {
     ),
     "spark": Command("run a Spark Connect server or a standalone master or worker", _configure_spark, _run_spark),
     "config": Command("import configuration from other tools (a Cygnus agent.conf)", _configure_config, _run_config),
+    "sth-api": Command(
+        "serve STH-Comet's read API (aggregated and raw history) from MongoDB ($NGSI_MONGO_URL)",
+        _configure_sth_api,
+        _run_sth_api,
+    ),
 }
 
 

@@ -6,6 +6,7 @@ from dagster import Definitions, in_process_executor
 
 from ngsi_assets import settings
 from ngsi_assets.assets.ingest import message_store, ngsi_events
+from ngsi_assets.assets.mongo_raw import mongo_raw
 from ngsi_assets.assets.sql_sinks import historic_tables, last_data
 from ngsi_assets.assets.sth import sth_aggregates
 from ngsi_assets.assets.transaction_history import transaction_history
@@ -21,6 +22,7 @@ from ngsi_assets.sensors import (
 from resources.history import TransactionHistoryResource
 from resources.lake import LakeResource
 from resources.landing import LandingZoneResource
+from resources.mongo_raw import MongoRawSinkResource
 from resources.spark import spark_resource
 from resources.sql_sinks import SqlSinksResource
 from resources.sth_mongo import STHSinkResource
@@ -37,6 +39,8 @@ def build_resources() -> dict[str, object]:
         "sql_sinks": SqlSinksResource(),
         # Lake aggregates always; MongoDB publishing only when NGSI_MONGO_URL is set (NGSI_STH_* parameters).
         "sth": STHSinkResource.from_env(),
+        # Off unless NGSI_MONGO_RAW_ENABLED=true (with NGSI_MONGO_URL and the NGSI_MONGO_RAW_* parameters).
+        "mongo_raw_sink": MongoRawSinkResource.from_env(),
         "versioning": VersioningResource(schema_path=settings.entity_schema_path(), buckets=settings.entity_buckets()),
         # Lake always; published to PostgreSQL when NGSI_HISTORY_POSTGRES_URL (or NGSI_POSTGRES_URL) is set.
         "history": TransactionHistoryResource.from_env(),
@@ -51,6 +55,7 @@ def build_definitions(resources: dict[str, object] | None = None) -> Definitions
             ngsi_events,
             historic_tables,
             last_data,
+            mongo_raw,
             versioned_entities,
             sth_aggregates,
             transaction_history,

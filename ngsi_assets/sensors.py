@@ -53,14 +53,14 @@ ingest_job = define_asset_job(
 INGEST_LANE = "ngsi/ingest-lane"
 DERIVED_LANE = "ngsi/derived-lane"
 REPAIR_TAG = "ngsi/repair"
-INCREMENT_ASSETS = ("message_store", "ngsi_events", "last_data", "historic_tables")
+INCREMENT_ASSETS = ("message_store", "ngsi_events", "last_data", "historic_tables", "mongo_raw")
 
 increment_job = define_asset_job(
     "ngsi_increment_job",
     selection=AssetSelection.assets(*INCREMENT_ASSETS),
     partitions_def=hourly_partitions,
     description="Continuous mode: what landed since the previous increment (run tag ngsi/increment) through the "
-    "message store, the NGSI events, last data and historic tables.",
+    "message store, the NGSI events, last data, historic tables and the raw MongoDB history.",
 )
 derived_job = define_asset_job(
     "ngsi_derived_job",

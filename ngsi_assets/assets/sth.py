@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from ngsi_assets.assets.ingest import ngsi_events
 from ngsi_assets.ngsi.sth_config import Resolution
 from ngsi_assets.partitions import hourly_partitions
-from ngsi_assets.sinks.sth_mongo import expire_documents, publish_documents
+from ngsi_assets.sinks.sth_mongo import ensure_aggregate_indexes, expire_documents, publish_documents
 from ngsi_assets.transforms.schemas import NGSI_EVENTS
 from ngsi_assets.transforms.sth import (
     ACTION_REJECT,
@@ -161,6 +161,7 @@ def sth_aggregates(
                 pass
             written = publish_documents(documents, sth.mongo_url, config)
             with MongoResource(url=sth.mongo_url).client() as client:
+                ensure_aggregate_indexes(client, written, config)
                 expired = expire_documents(client, config, now)
             per_collection = {
                 f"{db}.{coll}": {"replaced": rep, "deleted": dele}

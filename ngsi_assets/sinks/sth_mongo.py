@@ -37,8 +37,8 @@ from ngsi_assets.transforms.sth import ACTION_DELETE, ACTION_UPSERT
 
 _ID_COLUMN = {"entityId": "idEntityId", "entityType": "idEntityType", "attrName": "idAttrName"}
 # Errors after which the same bulk write may simply be sent again.
-_TRANSIENT = (AutoReconnect, ConnectionFailure, NetworkTimeout)
-_TRANSIENT_CODES = frozenset({6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436})
+TRANSIENT_ERRORS = (AutoReconnect, ConnectionFailure, NetworkTimeout)
+TRANSIENT_CODES = frozenset({6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436})
 
 
 class STHPublishError(RuntimeError):
@@ -86,13 +86,13 @@ def _bulk_write_with_retries(client: MongoClient, database: str, collection: str
             return
         except BulkWriteError as exc:
             codes = {e.get("code") for e in exc.details.get("writeErrors", [])}
-            if not codes <= _TRANSIENT_CODES:
+            if not codes <= TRANSIENT_CODES:
                 first = exc.details.get("writeErrors", [{}])[0]
                 raise STHPublishError(
                     f"bulk write to {database}.{collection} failed: {first.get('errmsg', exc)}"
                 ) from exc
             error: Exception = exc
-        except _TRANSIENT as exc:
+        except TRANSIENT_ERRORS as exc:
             error = exc
         attempt += 1
         if config.batch_ttl != -1 and attempt > config.batch_ttl:
@@ -159,6 +159,22 @@ def publish_documents(documents: DataFrame, url: str, config: STHConfig) -> dict
         before = summed.get((database, collection), (0, 0))
         summed[(database, collection)] = (before[0] + replaced, before[1] + deleted)
     return summed
+
+
+AGGREGATE_INDEX = "cyg_agg_opt"
+
+
+def aggregate_index_keys(data_model: DataModel) -> list[tuple[str, int]]:
+    """Cygnus's ``cyg_agg_opt`` keys (``MongoBackendImpl.createCollection``): the ``_id`` fields the
+    read API matches, then resolution and origin, which it filters and sorts on."""
+    return [(f"_id.{name}", 1) for name in (*id_fields(data_model), "resolution", "origin")]
+
+
+def ensure_aggregate_indexes(client: MongoClient, collections: Iterable[tuple[str, str]], config: STHConfig) -> None:
+    """Create ``cyg_agg_opt`` on every STH collection written (idempotent)."""
+    keys = aggregate_index_keys(config.data_model)
+    for database, collection in collections:
+        client[database][collection].create_index(keys, name=AGGREGATE_INDEX)
 
 
 def database_prefix(config: STHConfig) -> str:

@@ -1,0 +1,230 @@
+"""Raw documents -> MongoDB (Cygnus NGSIMongoSink): collections, indexes, and inserts from executors.
+
+Collections are created as Cygnus's ``MongoBackendImpl.createCollection`` creates them (capped with
+``collections_size`` and ``max_documents``; an existing one is left as it is), with its index
+``cyg_raw_opt`` and, with ``data_expiration``, the TTL index ``cyg_raw_exp`` on ``recvTime``. One
+more index, ``sth_raw_query``, puts the entity/attribute fields before ``recvTime`` (the index
+STH-Comet's ``db_indexes.md`` recommends), so the read API's ``lastN`` and paging queries walk an
+index instead of sorting the collection.
+
+Documents are inserted unordered in batches of ``batch_size`` from the executors. Their ``_id`` is
+deterministic (``transforms.mongo_raw.object_id``): a document already there is a duplicate-key
+error, which is success, so a rerun inserts exactly what is missing. Transient errors are retried
+after ``batch_retry_intervals``, ``batch_ttl`` times.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from bson import ObjectId
+from pymongo import MongoClient
+from pymongo.errors import BulkWriteError, CollectionInvalid, OperationFailure
+from pyspark.sql import DataFrame
+
+from ngsi_assets.ngsi.mongo_raw_config import AttrPersistence, MongoRawConfig
+from ngsi_assets.ngsi.sth_config import DataModel
+from ngsi_assets.sinks.executors import on_each_partition
+from ngsi_assets.sinks.sth_mongo import TRANSIENT_CODES, TRANSIENT_ERRORS
+from ngsi_assets.transforms.mongo_raw import KIND_BOOLEAN, KIND_DATE, KIND_JSON, KIND_NULL, KIND_NUMBER
+
+DUPLICATE_KEY = 11000
+NAMESPACE_EXISTS = 48
+RAW_INDEX = "cyg_raw_opt"
+RAW_TTL_INDEX = "cyg_raw_exp"
+QUERY_INDEX = "sth_raw_query"
+
+
+class MongoRawWriteError(RuntimeError):
+    """An insert of raw documents failed for good (after its retries)."""
+
+
+def raw_index_keys(data_model: DataModel) -> list[tuple[str, int]]:
+    """Cygnus's ``cyg_raw_opt`` keys for a data model."""
+    if data_model is DataModel.BY_SERVICE_PATH:
+        names = ["recvTime", "entityId", "entityType", "attrName", "attrType", "attrValue"]
+    elif data_model is DataModel.BY_ENTITY:
+        names = ["recvTime", "attrName", "attrType", "attrValue"]
+    else:
+        names = ["recvTime", "attrType", "attrValue"]
+    return [(n, 1) for n in names]
+
+
+def query_index_keys(data_model: DataModel) -> list[tuple[str, int]] | None:
+    """Equality fields, then ``recvTime``: what the read API filters and sorts on (None: cyg_raw_opt serves)."""
+    if data_model is DataModel.BY_SERVICE_PATH:
+        return [("entityId", 1), ("entityType", 1), ("attrName", 1), ("recvTime", 1)]
+    if data_model is DataModel.BY_ENTITY:
+        return [("attrName", 1), ("recvTime", 1)]
+    return None  # dm-by-attribute: cyg_raw_opt starts with recvTime
+
+
+def ensure_collection(client: MongoClient, database: str, collection: str, config: MongoRawConfig) -> None:
+    """Create the collection (capped if configured) and its indexes; idempotent."""
+    db = client[database]
+    try:
+        if config.capped:
+            db.create_collection(collection, capped=True, size=config.collections_size, max=config.max_documents)
+        else:
+            db.create_collection(collection)
+    except CollectionInvalid:
+        pass  # it exists: left as it is, like Cygnus
+    except OperationFailure as exc:
+        if exc.code != NAMESPACE_EXISTS:
+            raise
+    coll = db[collection]
+    coll.create_index(raw_index_keys(config.data_model), name=RAW_INDEX)
+    query = query_index_keys(config.data_model)
+    if query is not None:
+        coll.create_index(query, name=QUERY_INDEX)
+    if config.data_expiration:
+        coll.create_index([("recvTime", 1)], name=RAW_TTL_INDEX, expireAfterSeconds=config.data_expiration)
+
+
+def _date(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def typed_value(text: str | None, kind: str) -> Any:
+    """The stored form of a value: its JSON type where ``kind`` says so, else the text."""
+    if kind == KIND_NULL or text is None:
+        return None
+    if kind == KIND_NUMBER:
+        if text.lstrip("-").isdigit():
+            number = int(text)
+            if -(2**63) <= number < 2**63:
+                return number
+        return float(text)
+    if kind == KIND_BOOLEAN:
+        return text == "true"
+    if kind == KIND_JSON:
+        return orjson.loads(text)
+    if kind == KIND_DATE:
+        try:
+            parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return text  # Spark read a time Python does not: keep the text rather than fail the batch
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return text
+
+
+def _metadata(md_text: str | None) -> list[Any]:
+    return orjson.loads(md_text) if md_text else []
+
+
+def to_raw_document(row: dict[str, Any], config: MongoRawConfig) -> dict[str, Any]:
+    """The NGSIMongoSink document of a row of ``raw_rows`` (fields in Cygnus's order)."""
+    doc: dict[str, Any] = {"_id": ObjectId(row["docId"])}
+    if config.data_model is DataModel.BY_SERVICE_PATH:
+        doc["entityId"] = row["entityId"]
+        if row["entityType"] is not None:
+            doc["entityType"] = row["entityType"]
+    if config.attr_persistence is AttrPersistence.ROW:
+        if config.data_model is not DataModel.BY_ATTRIBUTE:
+            doc["attrName"] = row["attrName"]
+        if row["attrType"] is not None:
+            doc["attrType"] = row["attrType"]
+        value = typed_value(row["attrValue"], row["valueKind"])
+        if value is not None:
+            doc["attrValue"] = value
+        if config.attr_metadata_store:
+            doc["attrMetadata"] = _metadata(row["attrMd"])
+    else:
+        for attr in row["attrs"]:
+            value = typed_value(attr["value"], attr["kind"])
+            if value is not None:
+                doc[attr["name"]] = value
+            if config.attr_metadata_store:
+                doc[attr["name"] + "_md"] = _metadata(attr["md"])
+    doc["recvTime"] = _date(row["recvTimeMs"])
+    return doc
+
+
+def _insert_with_retries(
+    client: MongoClient, database: str, collection: str, docs: list, config: MongoRawConfig
+) -> int:
+    """Insert ``docs`` unordered; returns how many were new (duplicates are documents already stored)."""
+    attempt = 0
+    while True:
+        try:
+            return len(client[database][collection].insert_many(docs, ordered=False).inserted_ids)
+        except BulkWriteError as exc:
+            errors = exc.details.get("writeErrors", [])
+            codes = {e.get("code") for e in errors}
+            if codes <= {DUPLICATE_KEY}:
+                return int(exc.details.get("nInserted", 0))
+            if not codes <= (TRANSIENT_CODES | {DUPLICATE_KEY}):
+                first = next(e for e in errors if e.get("code") != DUPLICATE_KEY)
+                raise MongoRawWriteError(
+                    f"insert into {database}.{collection} failed: {first.get('errmsg', exc)}"
+                ) from exc
+            error: Exception = exc
+        except TRANSIENT_ERRORS as exc:
+            error = exc
+        attempt += 1
+        if config.batch_ttl != -1 and attempt > config.batch_ttl:
+            raise MongoRawWriteError(
+                f"insert into {database}.{collection} failed after {attempt - 1} retries: {error}"
+            ) from error
+        time.sleep(config.retry_interval_ms(attempt) / 1000)
+
+
+def write_partition(rows: Iterable[Any], url: str, config: MongoRawConfig) -> Iterator[tuple[str, str, int, int]]:
+    """Insert one Spark partition of raw rows; yield (database, collection, documents, newly inserted).
+
+    Rows are expected grouped by (database, collection) (the caller sorts within partitions).
+    """
+    counts: dict[tuple[str, str], list[int]] = {}
+    client: MongoClient[dict[str, Any]] | None = None
+    docs: list[dict[str, Any]] = []
+    current: tuple[str, str] | None = None
+
+    def flush() -> None:
+        if docs and current is not None:
+            assert client is not None
+            counts[current][1] += _insert_with_retries(client, current[0], current[1], docs, config)
+            docs.clear()
+
+    try:
+        for spark_row in rows:
+            row = spark_row.asDict(recursive=True)
+            key = (row["database"], row["collection"])
+            if key != current or len(docs) >= config.batch_size:
+                if client is None:
+                    client = MongoClient(
+                        url, tz_aware=True, appname="ngsi-assets-mongo-raw", serverSelectionTimeoutMS=30_000
+                    )
+                flush()
+                current = key
+            counts.setdefault(key, [0, 0])[0] += 1
+            docs.append(to_raw_document(row, config))
+        flush()
+    finally:
+        if client is not None:
+            client.close()
+    for (database, collection), (total, inserted) in counts.items():
+        yield (database, collection, total, inserted)
+
+
+def write_raw(rows: DataFrame, url: str, config: MongoRawConfig) -> dict[tuple[str, str], tuple[int, int]]:
+    """Insert ``rows`` (of ``raw_rows``) from the executors; (documents, newly inserted) per collection.
+
+    The collections are created first, on the driver: their number follows the entities (or
+    service paths), not the rows.
+    """
+    collections = rows.select("database", "collection").distinct().collect()
+    with MongoClient(url, tz_aware=True, appname="ngsi-assets-mongo-raw", serverSelectionTimeoutMS=30_000) as client:
+        for r in collections:
+            ensure_collection(client, r["database"], r["collection"], config)
+    summed: dict[tuple[str, str], tuple[int, int]] = {}
+    ordered = rows.sortWithinPartitions("database", "collection", "docId")
+    for database, collection, total, inserted in on_each_partition(
+        ordered, lambda part: write_partition(part, url, config)
+    ):
+        before = summed.get((database, collection), (0, 0))
+        summed[(database, collection)] = (before[0] + total, before[1] + inserted)
+    return summed
