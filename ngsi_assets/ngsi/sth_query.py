@@ -480,7 +480,7 @@ def _js_numbers(value: Any) -> Any:
 
 def to_json(body: Any) -> bytes:
     """``body`` as STH-Comet (Node.js) serializes it: dates as ISO 8601 with ms and ``Z``."""
-    return orjson.dumps(_js_numbers(body), default=_js_default)
+    return orjson.dumps(_js_numbers(body), default=_js_default, option=orjson.OPT_PASSTHROUGH_DATETIME)
 
 
 CSV_FIELDS = ("attrName", "attrType", "attrValue", "recvTime")
