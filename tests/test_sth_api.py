@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (expected bodies are kept one per line, as STH-Comet documents them)
 """The STH-Comet read API over real HTTP against a real MongoDB-wire server (SecantusDB, or $MONGO_URL).
 
 Expected bodies are written from telefonicaid/fiware-sth-comet: ``lib/server/sthServer.js`` (routes,
