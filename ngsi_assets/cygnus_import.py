@@ -9,6 +9,7 @@ behave as in Java) and produces:
 - the ``postgresql:`` and ``mysql:`` sections of ``NGSI_SQL_SINKS_CONFIG`` (``NGSIPostgreSQLSink`` or
   ``NGSIPostgisSink``, and ``NGSIMySQLSink``), with the connection parameters turned into a URL;
 - ``NGSI_MONGO_URL`` and ``NGSI_STH_<PARAMETER>`` variables for ``NGSISTHSink``;
+- ``NGSI_MONGO_RAW_ENABLED=true`` and ``NGSI_MONGO_RAW_<PARAMETER>`` variables for ``NGSIMongoSink``;
 - the receiver's settings (port, default service and service path);
 - every parameter that could not be carried over, and why.
 
@@ -30,6 +31,8 @@ from urllib.parse import quote, urlencode
 
 from pydantic import ValidationError
 
+from ngsi_assets.ngsi.mongo_raw_config import ENV_PREFIX as RAW_ENV_PREFIX
+from ngsi_assets.ngsi.mongo_raw_config import MongoRawConfig
 from ngsi_assets.ngsi.sql_config import CONFIG_ENV, SqlSinkConfig
 from ngsi_assets.ngsi.sql_naming import Dialect
 from ngsi_assets.ngsi.sth_config import ENV_PREFIX, STHConfig
@@ -44,6 +47,7 @@ SQL_SINKS: dict[str, tuple[Dialect, str]] = {
     "NGSIMySQLSink": (Dialect.MYSQL, "mysql_"),
 }
 STH_SINK = "NGSISTHSink"
+RAW_SINK = "NGSIMongoSink"
 
 # Cygnus's connection defaults (NGSIMySQLSink / NGSIPostgreSQLSink / NGSIPostgisSink DEFAULT_*).
 CONNECTION_DEFAULTS: dict[Dialect, dict[str, str]] = {
@@ -81,6 +85,21 @@ STH_PARAMETERS = (
     "enable_encoding",
     "data_expiration",
     "ignore_white_spaces",
+    "batch_size",
+    "batch_timeout",
+    "batch_ttl",
+    "batch_retry_intervals",
+)
+RAW_PARAMETERS = (
+    "db_prefix",
+    "collection_prefix",
+    "data_model",
+    "enable_encoding",
+    "attr_persistence",
+    "attr_metadata_store",
+    "collections_size",
+    "max_documents",
+    "data_expiration",
     "batch_size",
     "batch_timeout",
     "batch_ttl",
@@ -147,6 +166,8 @@ class CygnusImport:
     sth_env: dict[str, str] = field(default_factory=dict)  # NGSI_STH_* variables
     mongo_url: str | None = None
     sth_sink_name: str | None = None
+    raw_env: dict[str, str] = field(default_factory=dict)  # NGSI_MONGO_RAW_* variables
+    raw_sink_name: str | None = None
     receiver: dict[str, str] = field(default_factory=dict)  # port, default_service, default_service_path
     not_carried: list[NotCarried] = field(default_factory=list)
 
@@ -228,13 +249,31 @@ def _validated(build: Any, values: dict[str, Any], keys: Mapping[str, str], out:
             bad = {str(err["loc"][0]) for err in exc.errors() if err["loc"]}
             bad &= set(values) - {"dialect"}
             if not bad:
-                raise CygnusImportError(f"the imported settings are refused: {exc}") from exc
+                # A rule across fields (say, collections_size without max_documents): drop the last
+                # field whose removal satisfies it, reported with the rule's message.
+                name = _culprit(build, values)
+                if name is None:
+                    raise CygnusImportError(f"the imported settings are refused: {exc}") from exc
+                reason = f"refused by this platform: {exc.errors()[0]['msg']}"
+                out.not_carried.append(NotCarried(keys.get(name, name), reason))
+                values.pop(name)
+                continue
             for err in exc.errors():
                 name = str(err["loc"][0]) if err["loc"] else ""
                 if name in bad:
                     out.not_carried.append(NotCarried(keys.get(name, name), f"refused by this platform: {err['msg']}"))
             for name in bad:
                 values.pop(name)
+
+
+def _culprit(build: Any, values: dict[str, Any]) -> str | None:  # noqa: ANN401
+    for name in reversed([n for n in values if n != "dialect"]):
+        try:
+            build({k: v for k, v in values.items() if k != name})
+        except ValidationError:
+            continue
+        return name
+    return None
 
 
 def _not_carried(out: CygnusImport, key: str, param: str, value: str) -> None:
@@ -312,10 +351,30 @@ def _import_sql(
     out.sql_sink_names[dialect] = name
 
 
-def _import_sth(out: CygnusImport, props: Mapping[str, str], agent: str, name: str) -> None:
+@dataclass(frozen=True)
+class _MongoSink:
+    """One of Cygnus's MongoDB sinks: its class, the parameters carried over, its model and variables."""
+
+    cls: str
+    parameters: tuple[str, ...]
+    model: Any  # the pydantic model the platform loads (STHConfig, MongoRawConfig)
+    env_prefix: str
+    enabled_env: dict[str, str]
+
+
+MONGO_SINKS = {
+    STH_SINK: _MongoSink(STH_SINK, STH_PARAMETERS, STHConfig, ENV_PREFIX, {}),
+    RAW_SINK: _MongoSink(
+        RAW_SINK, RAW_PARAMETERS, MongoRawConfig, RAW_ENV_PREFIX, {RAW_ENV_PREFIX + "ENABLED": "true"}
+    ),
+}
+
+
+def _import_mongo(out: CygnusImport, props: Mapping[str, str], agent: str, name: str, sink: _MongoSink) -> None:
     key = f"{agent}.sinks.{name}."
-    if out.sth_sink_name is not None:
-        out.not_carried.append(NotCarried(f"{key}type", f"a second NGSISTHSink; imported only {out.sth_sink_name!r}"))
+    taken = out.sth_sink_name if sink.cls == STH_SINK else out.raw_sink_name
+    if taken is not None:
+        out.not_carried.append(NotCarried(f"{key}type", f"a second {sink.cls}; imported only {taken!r}"))
         return
     params = _params(props, agent, "sinks", name)
     values: dict[str, Any] = {}
@@ -323,18 +382,27 @@ def _import_sth(out: CygnusImport, props: Mapping[str, str], agent: str, name: s
     for param, value in params.items():
         if param in STRUCTURAL or param in MONGO_CONNECTION or param == "mongo_uri":
             continue
-        if param in STH_PARAMETERS:
+        if param in sink.parameters:
             values[param] = value
             keys[param] = key + param
         elif param in NOT_CARRIED:
             _not_carried(out, key + param, param, value)
         else:
-            reason = "not a parameter of Cygnus's NGSISTHSink this platform knows"
+            reason = f"not a parameter of Cygnus's {sink.cls} this platform knows"
             out.not_carried.append(NotCarried(key + param, reason))
-    typed = _validated(STHConfig.model_validate, values, keys, out)
-    out.sth_env = {ENV_PREFIX + k.upper(): _env_value(v) for k, v in typed.items()}
-    out.mongo_url = _mongo_url(params)
-    out.sth_sink_name = name
+    typed = _validated(sink.model.model_validate, values, keys, out)
+    env = {**sink.enabled_env, **{sink.env_prefix + k.upper(): _env_value(v) for k, v in typed.items()}}
+    url = _mongo_url(params)
+    if out.mongo_url is not None and url != out.mongo_url:
+        out.not_carried.append(
+            NotCarried(key + "mongo_hosts", f"a second MongoDB server; both MongoDB sinks use {out.mongo_url!r}")
+        )
+    else:
+        out.mongo_url = url
+    if sink.cls == STH_SINK:
+        out.sth_env, out.sth_sink_name = env, name
+    else:
+        out.raw_env, out.raw_sink_name = env, name
 
 
 def _env_value(value: Any) -> str:  # noqa: ANN401
@@ -394,16 +462,12 @@ def import_agent_conf(text: str, agent: str | None = None) -> CygnusImport:
         cls = cls_full.removeprefix(SINK_CLASS_PREFIX).strip()
         if cls in SQL_SINKS:
             _import_sql(out, props, agent, name, cls, defaults)
-        elif cls == STH_SINK:
-            _import_sth(out, props, agent, name)
+        elif cls in MONGO_SINKS:
+            _import_mongo(out, props, agent, name, MONGO_SINKS[cls])
         elif not cls_full:
             out.not_carried.append(NotCarried(f"{agent}.sinks.{name}.type", "listed sink with no type"))
         else:
-            reason = (
-                "the raw MongoDB history (NGSIMongoSink) is not part of this platform yet"
-                if cls == "NGSIMongoSink"
-                else f"{cls} has no counterpart in this platform"
-            )
+            reason = f"{cls} has no counterpart in this platform"
             out.not_carried.append(NotCarried(f"{agent}.sinks.{name}.type", reason))
     return out
 
@@ -424,6 +488,7 @@ def env_lines(result: CygnusImport, sql_path: Path | None) -> list[str]:
     if result.mongo_url:
         values.append(("NGSI_MONGO_URL", result.mongo_url))
     values += sorted(result.sth_env.items())
+    values += sorted(result.raw_env.items())
     return [f"{k}={shlex.quote(v)}" for k, v in values]
 
 
@@ -455,6 +520,8 @@ def report(result: CygnusImport) -> list[str]:
         lines.append(f"  {dialect.value}: imported from sink {result.sql_sink_names[dialect]!r}")
     if result.sth_sink_name:
         lines.append(f"  STH: imported from sink {result.sth_sink_name!r}")
+    if result.raw_sink_name:
+        lines.append(f"  raw MongoDB history: imported from sink {result.raw_sink_name!r}")
     if result.receiver:
         r = result.receiver
         lines.append(

@@ -15,6 +15,7 @@ from ngsi_assets.cygnus_import import CygnusImportError, import_agent_conf, writ
 from ngsi_assets.ngsi.sql_config import AttrPersistence, LastDataMode, load_sink_configs
 from ngsi_assets.ngsi.sql_naming import DataModel, Dialect
 from ngsi_assets.ngsi.sth_config import Resolution, STHConfig
+from resources.mongo_raw import MongoRawSinkResource
 from resources.sth_mongo import STHSinkResource
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cygnus"
@@ -98,6 +99,7 @@ def test_docker_image_agent_defaults_empty_users_and_reports_what_has_no_counter
     assert result.sql_sink_names == {Dialect.MYSQL: "mysql-sink", Dialect.POSTGRESQL: "postgresql-sink"}
     assert result.mongo_url == "mongodb://iot-mongo:27017/"
     assert result.sth_env == {}  # nothing but the connection: every STH parameter keeps its default
+    assert result.raw_env == {"NGSI_MONGO_RAW_ENABLED": "true"}  # NGSIMongoSink: on, with Cygnus's defaults
     reasons = {n.key: n.reason for n in result.not_carried}
     assert reasons == {
         "cygnus-ngsi.sources.http-source.interceptors.nmi.type": "name mappings are not supported",
@@ -107,7 +109,6 @@ def test_docker_image_agent_defaults_empty_users_and_reports_what_has_no_counter
         "cygnus-ngsi.sinks.postgresql-sink.postgresql_username": (
             "empty: used Cygnus's default 'postgres'; put the real one in the url"
         ),
-        "cygnus-ngsi.sinks.mongo-sink.type": "the raw MongoDB history (NGSIMongoSink) is not part of this platform yet",
         "cygnus-ngsi.sinks.sth-sink.collections_size": "STH collections are not capped",
         "cygnus-ngsi.sinks.ckan-sink.type": "NGSICKANSink has no counterpart in this platform",
         "cygnus-ngsi.sinks.postgis-sink.type": (
@@ -153,6 +154,55 @@ def test_last_data_agent_postgis_as_postgresql_and_refused_values_named() -> Non
     assert LastDataMode(pg["last_data_mode"]) is LastDataMode.BOTH
 
 
+def test_mongo_sink_parameters_load_back_and_refused_values_are_named(tmp_path: Path) -> None:
+    text = "\n".join(
+        [
+            "a.sinks = raw sth",
+            "a.sinks.raw.type = com.telefonica.iot.cygnus.sinks.NGSIMongoSink",
+            "a.sinks.raw.mongo_hosts = mongo:27017",
+            "a.sinks.raw.data_model = dm-by-service-path",
+            "a.sinks.raw.attr_persistence = column",
+            "a.sinks.raw.attr_metadata_store = true",
+            "a.sinks.raw.collections_size = 1048576",
+            "a.sinks.raw.max_documents = 1000",
+            "a.sinks.raw.db_prefix = raw_",
+            "a.sinks.raw.enable_lowercase = true",
+            "a.sinks.sth.type = com.telefonica.iot.cygnus.sinks.NGSISTHSink",
+            "a.sinks.sth.mongo_hosts = other:27017",
+        ]
+    )
+    result = import_agent_conf(text)
+    assert result.raw_sink_name == "raw"
+    assert result.mongo_url == "mongodb://mongo:27017/"
+    reasons = {n.key: n.reason for n in result.not_carried}
+    assert reasons == {
+        "a.sinks.raw.enable_lowercase": "MongoDB names are not lower-cased",
+        "a.sinks.sth.mongo_hosts": "a second MongoDB server; both MongoDB sinks use 'mongodb://mongo:27017/'",
+    }
+    (env_path,) = write_outputs(result, tmp_path / "out")  # no SQL sink: no sql_sinks.yaml
+    env = _env_file(env_path)
+    sink = MongoRawSinkResource.from_env(env)
+    assert sink.enabled and sink.mongo_url == "mongodb://mongo:27017/"
+    config = sink.raw_config()
+    assert (config.data_model.value, config.attr_persistence.value, config.attr_metadata_store) == (
+        "dm-by-service-path", "column", True,
+    )  # fmt: skip
+    assert (config.capped, config.collections_size, config.max_documents, config.db_prefix) == (
+        True,
+        1048576,
+        1000,
+        "raw_",
+    )
+
+    refused = import_agent_conf(text.replace("a.sinks.raw.max_documents = 1000", ""))
+    reasons = {n.key: n.reason for n in refused.not_carried}
+    assert reasons["a.sinks.raw.collections_size"].startswith(
+        "refused by this platform: Value error, collections_size and max_documents must be set together"
+    )
+    assert "NGSI_MONGO_RAW_COLLECTIONS_SIZE" not in refused.raw_env
+    assert refused.raw_env["NGSI_MONGO_RAW_DB_PREFIX"] == "raw_"
+
+
 def test_java_properties_syntax_is_read_as_java_reads_it() -> None:
     text = "\n".join(
         [
@@ -187,7 +237,8 @@ def test_cli_writes_the_files_and_fails_cleanly(tmp_path: Path, capsys: pytest.C
     assert main(["config", "import-cygnus", str(FIXTURES / "docker_agent.conf"), "--output", str(out)]) == 0
     printed = capsys.readouterr().out
     assert f"wrote {(out / 'sql_sinks.yaml').resolve()}" in printed
-    assert "not carried over (7):" in printed
+    assert "not carried over (6):" in printed
+    assert "raw MongoDB history: imported from sink 'mongo-sink'" in printed
     assert _env_file(out / "ngsi.env")["NGSI_MONGO_URL"] == "mongodb://iot-mongo:27017/"
     assert main(["config", "import-cygnus", str(tmp_path / "missing.conf")]) == 2
     assert "missing.conf" in capsys.readouterr().err
