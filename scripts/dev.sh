@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# `make dev`: the receiver on :5050, a Spark Connect server on :15002 that every run shares, and the
+# `make dev`: the receiver on :5050, a Spark Connect server on :15002 that every run shares, the
 # Dagster UI on :3000 with the landing sensor running, on the embedded default (.data/ for landing
-# and lake, .dagster_home for the SQLite instance).
+# and lake, .dagster_home for the SQLite instance), and, when NGSI_MONGO_URL is set, the STH-Comet
+# read API on :8666.
 # Post notifications to http://127.0.0.1:5050/notify (e.g. from an Orion subscription) and watch
-# the sensor request runs for the hours they land in. Ctrl-C stops all three.
+# the sensor request runs for the hours they land in. Ctrl-C stops them all.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/lib.sh
@@ -61,6 +62,14 @@ setsid .venv/bin/ngsi-assets serve --host "${NGSI_RECEIVER_HOST:-127.0.0.1}" --p
     --landing-root "$NGSI_LANDING_ROOT" &
 pids+=($!)
 log "receiver on http://${NGSI_RECEIVER_HOST:-127.0.0.1}:${NGSI_RECEIVER_PORT:-5050} (pid ${pids[-1]})"
+# The STH-Comet read API beside the receiver, over the MongoDB the STH and raw sinks write to.
+if [[ -n ${NGSI_MONGO_URL:-} ]]; then
+    setsid .venv/bin/ngsi-assets sth-api --host "${NGSI_STH_API_HOST:-127.0.0.1}" --port "${NGSI_STH_API_PORT:-8666}" &
+    pids+=($!)
+    log "STH API on http://${NGSI_STH_API_HOST:-127.0.0.1}:${NGSI_STH_API_PORT:-8666} (pid ${pids[-1]})"
+else
+    log "STH API not started: set NGSI_MONGO_URL (the MongoDB the STH aggregates are published to)"
+fi
 setsid .venv/bin/dagster dev -w workspace.yaml -h "${DAGSTER_UI_HOST:-127.0.0.1}" -p "${DAGSTER_UI_PORT:-3000}" &
 pids+=($!)
 wait "${pids[-1]}"
