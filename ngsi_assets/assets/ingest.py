@@ -293,3 +293,14 @@ def ngsi_events(
             ),
         ],
     )
+
+
+def events_of_run(
+    context: AssetExecutionContext, lake: LakeResource, session: SparkSession
+) -> tuple[DataFrame, Increment | None]:
+    """The ``ngsi_events`` a sink run reads: its increment's rows (run tag ``ngsi/increment``), else its hours'."""
+    inc = Increment.from_tags(context.run.tags)
+    if inc is None:
+        return lake.read(session, "ngsi_events", NGSI_EVENTS, context.partition_keys), None
+    hour = inc.hour_of(context.partition_keys)
+    return lake.read_increment(session, "ngsi_events", NGSI_EVENTS, hour, inc.id), inc

@@ -13,12 +13,10 @@ from dagster import (
 from dagster_pyspark import LazyPySparkResource
 from pyspark import StorageLevel
 
-from ngsi_assets.assets.ingest import ngsi_events
-from ngsi_assets.increments import Increment
+from ngsi_assets.assets.ingest import events_of_run, ngsi_events
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.sinks.mongo_raw import write_raw
 from ngsi_assets.transforms.mongo_raw import MONGO_RAW_REJECTS, classify_raw, raw_rejects, raw_rows
-from ngsi_assets.transforms.schemas import NGSI_EVENTS
 from resources.lake import LakeResource
 from resources.mongo import MongoResource
 from resources.mongo_raw import ENABLED_ENV, MongoRawSinkResource
@@ -69,12 +67,7 @@ def mongo_raw(
         pass
     keys = context.partition_keys
     session = spark.spark_session
-    inc = Increment.from_tags(context.run.tags)
-    if inc is None:
-        events = lake.read(session, "ngsi_events", NGSI_EVENTS, keys)
-    else:
-        hour = inc.hour_of(keys)
-        events = lake.read_increment(session, "ngsi_events", NGSI_EVENTS, hour, inc.id)
+    events, inc = events_of_run(context, lake, session)
     classified = classify_raw(events, config).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         rejects = raw_rejects(classified).select(*MONGO_RAW_REJECTS.fieldNames())
@@ -82,6 +75,7 @@ def mongo_raw(
             lake.replace_partitions(rejects, REJECTS, keys)
             stored_rejects = lake.read(session, REJECTS, MONGO_RAW_REJECTS, keys)
         else:
+            hour = inc.hour_of(keys)
             lake.append_increment(rejects, REJECTS, hour, inc.id)
             stored_rejects = lake.read_increment(session, REJECTS, MONGO_RAW_REJECTS, hour, inc.id)
         by_reason = {r["reason"]: int(r["count"]) for r in stored_rejects.groupBy("reason").count().limit(50).collect()}

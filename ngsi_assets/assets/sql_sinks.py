@@ -21,13 +21,11 @@ from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ngsi_assets.assets.ingest import ngsi_events
-from ngsi_assets.increments import Increment
+from ngsi_assets.assets.ingest import events_of_run, ngsi_events
 from ngsi_assets.ngsi.sql_config import SqlSinkConfig
 from ngsi_assets.ngsi.sql_naming import Dialect, fixed_column, quote_ident
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.sinks.sql_writer import HISTORIC, LAST_DATA, WriteJob, rows_by_table, write_dataframe
-from ngsi_assets.transforms.schemas import NGSI_EVENTS
 from ngsi_assets.transforms.sql_sinks import (
     LAST_DATA_STATE,
     LAST_DATA_STATE_BUCKETS,
@@ -138,12 +136,7 @@ def _run_sink(
         reason = NOT_CONFIGURED if not configs else f"last_data_mode of every configured sink excludes {sink}"
         return {"skipped": reason}, [], reason
     session = spark.spark_session
-    inc = Increment.from_tags(context.run.tags)
-    if inc is None:
-        events = lake.read(session, "ngsi_events", NGSI_EVENTS, keys)
-    else:
-        hour = inc.hour_of(keys)
-        events = lake.read_increment(session, "ngsi_events", NGSI_EVENTS, hour, inc.id)
+    events, inc = events_of_run(context, lake, session)
     now_ms = int(time.time() * 1000)
     results = []
     all_rejects: DataFrame | None = None
@@ -178,6 +171,7 @@ def _run_sink(
         lake.replace_partitions(all_rejects.select(*SQL_SINK_REJECTS.fieldNames()), dataset, keys)
         stored = lake.read(session, dataset, SQL_SINK_REJECTS, keys)
     else:
+        hour = inc.hour_of(keys)
         lake.append_increment(all_rejects.select(*SQL_SINK_REJECTS.fieldNames()), dataset, hour, inc.id)
         stored = lake.read_increment(session, dataset, SQL_SINK_REJECTS, hour, inc.id)
         metadata["increment"] = inc.id

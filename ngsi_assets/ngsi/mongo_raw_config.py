@@ -17,14 +17,12 @@ Where Cygnus silently does something other than what was asked, this refuses the
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
+from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from ngsi_assets.ngsi.sth_config import DataModel, STHConfig
+from ngsi_assets.ngsi.sth_config import DataModel, MongoSinkParameters, STHConfig
 
 # Environment variables read by ``MongoRawConfig.from_env`` (one per parameter, upper-cased).
 ENV_PREFIX = "NGSI_MONGO_RAW_"
@@ -37,10 +35,10 @@ class AttrPersistence(StrEnum):
     COLUMN = "column"
 
 
-class MongoRawConfig(BaseModel):
+class MongoRawConfig(MongoSinkParameters):
     """The NGSIMongoSink parameters this platform honours (defaults are Cygnus's, but ``batch_size``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    env_prefix: ClassVar[str] = ENV_PREFIX
 
     db_prefix: str = Field(default="sth_", description="Prepended to the service to name the database.")
     collection_prefix: str = Field(default="sth_", description="Prepended to every collection name.")
@@ -67,22 +65,6 @@ class MongoRawConfig(BaseModel):
     batch_retry_intervals: tuple[int, ...] = Field(
         default=(5000,), description="Milliseconds between retries; the last one repeats."
     )
-
-    @field_validator("batch_retry_intervals", mode="before")
-    @classmethod
-    def _split_intervals(cls, value: Any) -> Any:
-        # The same rule as the STH sink's: one parser for both.
-        return STHConfig._split_intervals(value)
-
-    @field_validator("collection_prefix")
-    @classmethod
-    def _collection_prefix(cls, value: str) -> str:
-        return STHConfig._not_system(value)
-
-    @field_validator("db_prefix")
-    @classmethod
-    def _db_prefix(cls, value: str) -> str:
-        return STHConfig._db_prefix(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> MongoRawConfig:
@@ -114,19 +96,3 @@ class MongoRawConfig(BaseModel):
             data_model=self.data_model,
             enable_encoding=self.enable_encoding,
         )
-
-    def retry_interval_ms(self, attempt: int) -> int:
-        """The wait before retry number ``attempt`` (1-based); the last interval repeats."""
-        intervals = self.batch_retry_intervals
-        return intervals[min(attempt, len(intervals)) - 1]
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> MongoRawConfig:
-        """Read ``NGSI_MONGO_RAW_<PARAMETER>`` variables (e.g. ``NGSI_MONGO_RAW_ATTR_PERSISTENCE=column``)."""
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for name in cls.model_fields:
-            raw = env.get(ENV_PREFIX + name.upper())
-            if raw is not None:
-                values[name] = raw
-        return cls.model_validate(values)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -43,10 +43,68 @@ ALL_RESOLUTIONS: tuple[Resolution, ...] = (
 ENV_PREFIX = "NGSI_STH_"
 
 
-class STHConfig(BaseModel):
-    """The NGSISTHSink parameters this platform honours (defaults are Cygnus's, but ``batch_size``)."""
+class MongoSinkParameters(BaseModel):
+    """What Cygnus's two MongoDB sinks share: prefix rules, the retry intervals, the environment.
+
+    Subclasses declare their fields and ``env_prefix``; ``from_env`` reads ``<env_prefix><FIELD>``.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    env_prefix: ClassVar[str]
+
+    @field_validator("batch_retry_intervals", mode="before", check_fields=False)
+    @classmethod
+    def _split_intervals(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, int):
+            value = [value]
+        if isinstance(value, list | tuple):
+            if not value:
+                raise ValueError("at least one interval is needed")
+            ints = [int(v) for v in value]
+            if any(v < 0 for v in ints):
+                raise ValueError("intervals must be >= 0 milliseconds")
+            return tuple(ints)
+        return value
+
+    @field_validator("collection_prefix", check_fields=False)
+    @classmethod
+    def _not_system(cls, value: str) -> str:
+        if value.startswith("system."):
+            raise ValueError("'system.' is reserved by MongoDB and cannot start a collection name")
+        if "\x00" in value:
+            raise ValueError("must not contain a NUL character")
+        return value
+
+    @field_validator("db_prefix", check_fields=False)
+    @classmethod
+    def _db_prefix(cls, value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("must not contain a NUL character")
+        return value
+
+    def retry_interval_ms(self, attempt: int) -> int:
+        """The wait before retry number ``attempt`` (1-based); the last interval repeats."""
+        intervals: tuple[int, ...] = getattr(self, "batch_retry_intervals")  # noqa: B009
+        return intervals[min(attempt, len(intervals)) - 1]
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
+        """Read ``<env_prefix><PARAMETER>`` variables (e.g. ``NGSI_STH_RESOLUTIONS=hour,day``)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            raw = env.get(cls.env_prefix + name.upper())
+            if raw is not None:
+                values[name] = raw
+        return cls.model_validate(values)
+
+
+class STHConfig(MongoSinkParameters):
+    """The NGSISTHSink parameters this platform honours (defaults are Cygnus's, but ``batch_size``)."""
+
+    env_prefix: ClassVar[str] = ENV_PREFIX
 
     resolutions: tuple[Resolution, ...] = Field(
         default=ALL_RESOLUTIONS,
@@ -88,51 +146,3 @@ class STHConfig(BaseModel):
             # compare equal.
             return tuple(r for r in ALL_RESOLUTIONS if r.value in names)
         return value
-
-    @field_validator("batch_retry_intervals", mode="before")
-    @classmethod
-    def _split_intervals(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
-        if isinstance(value, int):
-            value = [value]
-        if isinstance(value, list | tuple):
-            if not value:
-                raise ValueError("at least one interval is needed")
-            ints = [int(v) for v in value]
-            if any(v < 0 for v in ints):
-                raise ValueError("intervals must be >= 0 milliseconds")
-            return tuple(ints)
-        return value
-
-    @field_validator("collection_prefix")
-    @classmethod
-    def _not_system(cls, value: str) -> str:
-        if value.startswith("system."):
-            raise ValueError("'system.' is reserved by MongoDB and cannot start a collection name")
-        if "\x00" in value:
-            raise ValueError("must not contain a NUL character")
-        return value
-
-    @field_validator("db_prefix")
-    @classmethod
-    def _db_prefix(cls, value: str) -> str:
-        if "\x00" in value:
-            raise ValueError("must not contain a NUL character")
-        return value
-
-    def retry_interval_ms(self, attempt: int) -> int:
-        """The wait before retry number ``attempt`` (1-based); the last interval repeats."""
-        intervals = self.batch_retry_intervals
-        return intervals[min(attempt, len(intervals)) - 1]
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> STHConfig:
-        """Read ``NGSI_STH_<PARAMETER>`` variables (e.g. ``NGSI_STH_RESOLUTIONS=hour,day``)."""
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for name in cls.model_fields:
-            raw = env.get(ENV_PREFIX + name.upper())
-            if raw is not None:
-                values[name] = raw
-        return cls.model_validate(values)

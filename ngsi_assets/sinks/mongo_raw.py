@@ -15,7 +15,6 @@ after ``batch_retry_intervals``, ``batch_ttl`` times.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -23,13 +22,13 @@ from typing import Any
 import orjson
 from bson import ObjectId
 from pymongo import MongoClient
-from pymongo.errors import BulkWriteError, CollectionInvalid, OperationFailure
+from pymongo.errors import CollectionInvalid, OperationFailure
 from pyspark.sql import DataFrame
 
 from ngsi_assets.ngsi.mongo_raw_config import AttrPersistence, MongoRawConfig
 from ngsi_assets.ngsi.sth_config import DataModel
 from ngsi_assets.sinks.executors import on_each_partition
-from ngsi_assets.sinks.sth_mongo import TRANSIENT_CODES, TRANSIENT_ERRORS
+from ngsi_assets.sinks.mongo_retry import MongoWriteError, with_retries
 from ngsi_assets.transforms.mongo_raw import KIND_BOOLEAN, KIND_DATE, KIND_JSON, KIND_NULL, KIND_NUMBER
 
 DUPLICATE_KEY = 11000
@@ -39,7 +38,7 @@ RAW_TTL_INDEX = "cyg_raw_exp"
 QUERY_INDEX = "sth_raw_query"
 
 
-class MongoRawWriteError(RuntimeError):
+class MongoRawWriteError(MongoWriteError):
     """An insert of raw documents failed for good (after its retries)."""
 
 
@@ -148,29 +147,14 @@ def _insert_with_retries(
     client: MongoClient, database: str, collection: str, docs: list, config: MongoRawConfig
 ) -> int:
     """Insert ``docs`` unordered; returns how many were new (duplicates are documents already stored)."""
-    attempt = 0
-    while True:
-        try:
-            return len(client[database][collection].insert_many(docs, ordered=False).inserted_ids)
-        except BulkWriteError as exc:
-            errors = exc.details.get("writeErrors", [])
-            codes = {e.get("code") for e in errors}
-            if codes <= {DUPLICATE_KEY}:
-                return int(exc.details.get("nInserted", 0))
-            if not codes <= (TRANSIENT_CODES | {DUPLICATE_KEY}):
-                first = next(e for e in errors if e.get("code") != DUPLICATE_KEY)
-                raise MongoRawWriteError(
-                    f"insert into {database}.{collection} failed: {first.get('errmsg', exc)}"
-                ) from exc
-            error: Exception = exc
-        except TRANSIENT_ERRORS as exc:
-            error = exc
-        attempt += 1
-        if config.batch_ttl != -1 and attempt > config.batch_ttl:
-            raise MongoRawWriteError(
-                f"insert into {database}.{collection} failed after {attempt - 1} retries: {error}"
-            ) from error
-        time.sleep(config.retry_interval_ms(attempt) / 1000)
+    return with_retries(
+        lambda: len(client[database][collection].insert_many(docs, ordered=False).inserted_ids),
+        f"{database}.{collection}",
+        config,
+        harmless={DUPLICATE_KEY},
+        partial=lambda exc: int(exc.details.get("nInserted", 0)),
+        error=MongoRawWriteError,
+    )
 
 
 def write_partition(rows: Iterable[Any], url: str, config: MongoRawConfig) -> Iterator[tuple[str, str, int, int]]:

@@ -14,13 +14,11 @@ come back to the driver.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 from pymongo import DeleteOne, MongoClient, ReplaceOne
-from pymongo.errors import AutoReconnect, BulkWriteError, ConnectionFailure, NetworkTimeout
 from pyspark.sql import DataFrame
 
 from ngsi_assets.ngsi.sth_config import DataModel, STHConfig
@@ -33,15 +31,13 @@ from ngsi_assets.ngsi.sth_naming import (
     id_fields,
 )
 from ngsi_assets.sinks.executors import on_each_partition
+from ngsi_assets.sinks.mongo_retry import MongoWriteError, with_retries
 from ngsi_assets.transforms.sth import ACTION_DELETE, ACTION_UPSERT
 
 _ID_COLUMN = {"entityId": "idEntityId", "entityType": "idEntityType", "attrName": "idAttrName"}
-# Errors after which the same bulk write may simply be sent again.
-TRANSIENT_ERRORS = (AutoReconnect, ConnectionFailure, NetworkTimeout)
-TRANSIENT_CODES = frozenset({6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436})
 
 
-class STHPublishError(RuntimeError):
+class STHPublishError(MongoWriteError):
     """A bulk write of STH documents failed for good (after its retries)."""
 
 
@@ -79,27 +75,12 @@ def to_document(row: dict[str, Any], data_model: DataModel) -> dict[str, Any]:
 
 
 def _bulk_write_with_retries(client: MongoClient, database: str, collection: str, ops: list, config: STHConfig) -> None:
-    attempt = 0
-    while True:
-        try:
-            client[database][collection].bulk_write(ops, ordered=False)
-            return
-        except BulkWriteError as exc:
-            codes = {e.get("code") for e in exc.details.get("writeErrors", [])}
-            if not codes <= TRANSIENT_CODES:
-                first = exc.details.get("writeErrors", [{}])[0]
-                raise STHPublishError(
-                    f"bulk write to {database}.{collection} failed: {first.get('errmsg', exc)}"
-                ) from exc
-            error: Exception = exc
-        except TRANSIENT_ERRORS as exc:
-            error = exc
-        attempt += 1
-        if config.batch_ttl != -1 and attempt > config.batch_ttl:
-            raise STHPublishError(
-                f"bulk write to {database}.{collection} failed after {attempt - 1} retries: {error}"
-            ) from error
-        time.sleep(config.retry_interval_ms(attempt) / 1000)
+    with_retries(
+        lambda: client[database][collection].bulk_write(ops, ordered=False),
+        f"{database}.{collection}",
+        config,
+        error=STHPublishError,
+    )
 
 
 def write_partition(rows: Iterable[Any], url: str, config: STHConfig) -> Iterator[tuple[str, str, int, int]]:

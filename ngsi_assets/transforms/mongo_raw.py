@@ -28,12 +28,10 @@ from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from ngsi_assets.ngsi.mongo_raw_config import AttrPersistence, MongoRawConfig
 from ngsi_assets.ngsi.sth_config import DataModel
-from ngsi_assets.ngsi.sth_naming import STHNameError, sth_names
-from ngsi_assets.transforms.sth import ENTITY_DELETE, NUMERIC_PATTERN, time_instant_ms
+from ngsi_assets.transforms.sth import ENTITY_DELETE, NUMERIC_PATTERN, STH_REJECTS, names_udf, time_instant_ms
 
 KIND_STRING = "string"
 KIND_NUMBER = "number"
@@ -51,41 +49,9 @@ REASON_COLUMN_NAME = (
 )
 REASON_NUL = "value or name contains a NUL character, which MongoDB cannot store in a key"
 
-_NAMES = StructType(
-    [StructField("database", StringType()), StructField("collection", StringType()), StructField("error", StringType())]
-)
-
-# Events that give no raw document because they cannot be written, with the reason.
-MONGO_RAW_REJECTS = StructType(
-    [
-        StructField("messageId", StringType(), False),
-        StructField("entityIndex", IntegerType(), False),
-        StructField("fiwareService", StringType(), False),
-        StructField("fiwareServicePath", StringType(), False),
-        StructField("entityId", StringType(), False),
-        StructField("entityType", StringType()),
-        StructField("attrName", StringType(), False),
-        StructField("reason", StringType(), False),
-        StructField("dt", StringType(), False),
-    ]
-)
-
-
-def _names_udf(config: MongoRawConfig):
-    naming = config.naming()
-    by_attribute = config.data_model is DataModel.BY_ATTRIBUTE
-
-    @F.udf(_NAMES)
-    def names(service: str, path: str, entity_id: str, entity_type: str, attr: str) -> tuple:
-        try:
-            n = sth_names(
-                service, path, entity_id, entity_type or None, attr if by_attribute else "", naming, aggregated=False
-            )
-        except STHNameError as exc:
-            return (None, None, str(exc))
-        return (n.database, n.collection, None)
-
-    return names
+# Events that give no raw document because they cannot be written, with the reason: the layout of
+# the STH rejects (one quarantine layout for both MongoDB sinks).
+MONGO_RAW_REJECTS = STH_REJECTS
 
 
 def value_kind(value: Column, attr_type: Column) -> Column:
@@ -122,9 +88,8 @@ def _named(events: DataFrame, config: MongoRawConfig) -> DataFrame:
     events = events.withColumn("_nameType", F.coalesce(F.col("entityType"), F.lit(""))).withColumn(
         "_nameAttr", F.col("attrName") if by_attribute else F.lit("")
     )
-    names = (
-        events.select(*name_cols).distinct().withColumn("_names", _names_udf(config)(*[F.col(c) for c in name_cols]))
-    )
+    udf = names_udf(config.naming(), aggregated=False)
+    names = events.select(*name_cols).distinct().withColumn("_names", udf(*[F.col(c) for c in name_cols]))
     return events.join(names, name_cols, "left").drop("_nameType", "_nameAttr")
 
 

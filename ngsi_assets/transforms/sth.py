@@ -159,11 +159,14 @@ def time_instant_ms() -> Column:
     )
 
 
-def _names_udf(config: STHConfig):
+def names_udf(config: STHConfig, *, aggregated: bool = True):  # noqa: ANN201 (a pyspark UDF)
+    """A UDF (service, path, entity id, type, attribute) -> (database, collection, error) under
+    ``config``'s naming: the STH aggregates' collections, or (``aggregated=False``) the raw ones."""
+
     @F.udf(_NAMES)
     def names(service: str, path: str, entity_id: str, entity_type: str, attr: str) -> tuple:
         try:
-            n = sth_names(service, path, entity_id, entity_type or None, attr, config)
+            n = sth_names(service, path, entity_id, entity_type or None, attr, config, aggregated=aggregated)
         except STHNameError as exc:
             return (None, None, str(exc))
         return (n.database, n.collection, None)
@@ -180,9 +183,7 @@ def classify_events(events: DataFrame, config: STHConfig) -> DataFrame:
     """
     name_cols = ["fiwareService", "fiwareServicePath", "entityId", "_nameType", "attrName"]
     events = events.withColumn("_nameType", F.coalesce(F.col("entityType"), F.lit("")))
-    names = (
-        events.select(*name_cols).distinct().withColumn("_names", _names_udf(config)(*[F.col(c) for c in name_cols]))
-    )
+    names = events.select(*name_cols).distinct().withColumn("_names", names_udf(config)(*[F.col(c) for c in name_cols]))
     named = events.join(names, name_cols, "left")
     value = F.col("attrValue")
     as_double = value.try_cast("double")
