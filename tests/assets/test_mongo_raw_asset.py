@@ -180,11 +180,17 @@ def test_capped_collections_indexes_and_expiration(
         assert indexes["sth_raw_query"] == [("attrName", 1), ("recvTime", 1)]
 
     expiring = MongoRawSinkResource(
-        enabled=True, mongo_url=mongo_url, db_prefix=db_prefix + "e", data_model="dm-by-attribute", data_expiration=3600
+        enabled=True,
+        mongo_url=mongo_url,
+        db_prefix=db_prefix + "e",
+        data_model="dm-by-attribute",
+        data_expiration=3600,
+        enable_encoding=True,
     )
     _run(lake, expiring)
     with pymongo.MongoClient(mongo_url) as client:
-        coll = client[f"{db_prefix}evehicles"]["sth_/4wheels_car1_car_speed"]
+        # the new encoding, as for the STH collections, without ".aggr"
+        coll = client[f"{db_prefix}evehicles"]["sth_x002f4wheelsxffffcar1xffffcarxffffspeed"]
         info = coll.index_information()
         assert info["cyg_raw_exp"]["key"] == [("recvTime", 1)]
         assert info["cyg_raw_exp"]["expireAfterSeconds"] == 3600
