@@ -7,7 +7,8 @@ more index, ``sth_raw_query``, puts the entity/attribute fields before ``recvTim
 STH-Comet's ``db_indexes.md`` recommends), so the read API's ``lastN`` and paging queries walk an
 index instead of sorting the collection.
 
-Documents are inserted unordered in batches of ``batch_size`` from the executors. Their ``_id`` is
+Documents are inserted unordered in batches of ``batch_size`` from the executors; into a capped
+collection, by one task per collection, oldest first, so that the server drops the oldest. Their ``_id`` is
 deterministic (``transforms.mongo_raw.object_id``): a document already there is a duplicate-key
 error, which is success, so a rerun inserts exactly what is missing. Transient errors are retried
 after ``batch_retry_intervals``, ``batch_ttl`` times.
@@ -205,7 +206,14 @@ def write_raw(rows: DataFrame, url: str, config: MongoRawConfig) -> dict[tuple[s
         for r in collections:
             ensure_collection(client, r["database"], r["collection"], config)
     summed: dict[tuple[str, str], tuple[int, int]] = {}
-    ordered = rows.sortWithinPartitions("database", "collection", "docId")
+    if config.capped:
+        # A capped collection drops what was inserted first: one task per collection inserts its
+        # documents oldest first, so the newest survive (as when Cygnus inserts them as they come).
+        ordered = rows.repartition("database", "collection").sortWithinPartitions(
+            "database", "collection", "recvTimeMs", "docId"
+        )
+    else:
+        ordered = rows.sortWithinPartitions("database", "collection", "docId")
     for database, collection, total, inserted in on_each_partition(
         ordered, lambda part: write_partition(part, url, config)
     ):

@@ -19,7 +19,7 @@ from ngsi_assets.assets.mongo_raw import NOT_ENABLED, REJECTS, mongo_raw
 from ngsi_assets.transforms.mongo_raw import MONGO_RAW_REJECTS
 from resources.lake import LakeResource
 from resources.mongo_raw import MongoRawSinkResource
-from tests.assets.test_sth_assets import H10, T10, _write_events
+from tests.assets.test_sth_assets import H10, H11, T10, T11, _write_events
 from tests.transforms.test_sth import ev
 
 TI = [{"name": "TimeInstant", "type": "DateTime", "value": "2026-03-01T10:19:58.250Z"}]
@@ -39,10 +39,10 @@ ROWS = [
 RECV = datetime.fromtimestamp(T10 / 1000, UTC)
 
 
-def _run(lake: Path, sink: MongoRawSinkResource) -> tuple[dict[str, Any], dict[str, bool]]:
+def _run(lake: Path, sink: MongoRawSinkResource, key: str = H10) -> tuple[dict[str, Any], dict[str, bool]]:
     result = materialize(
         [mongo_raw],
-        partition_key=H10,
+        partition_key=key,
         resources={
             "spark": LazyPySparkResource(spark_config={}),
             "lake": LakeResource(root=str(lake)),
@@ -170,11 +170,23 @@ def test_capped_collections_indexes_and_expiration(
     )
     metadata, _ = _run(lake, capped)
     assert metadata["capped"] is True
-    with pymongo.MongoClient(mongo_url) as client:
+    # a later hour: the server drops the oldest documents to keep 3 (SecantusDB enforces the cap per
+    # insert command, MongoDB per document: after this second insert both hold the newest 3)
+    _write_events(spark, lake, H11, [ev("car1", "speed", str(v), T11 + v, mid=f"b{v}") for v in (1, 2)])
+    _run(lake, capped, H11)
+    uncapped = MongoRawSinkResource(enabled=True, mongo_url=mongo_url, db_prefix=db_prefix + "u")
+    for key in (H10, H11):
+        _run(lake, uncapped, key)
+    with pymongo.MongoClient(mongo_url, tz_aware=True) as client:
         coll = client[f"{db_prefix}vehicles"]["sth_/4wheels_car1_car"]
         options = coll.options()
         assert (options.get("capped"), options.get("size"), options.get("max")) == (True, 8192, 3)
-        assert coll.count_documents({}) == 3  # the oldest go first, as in any capped collection
+        every = sorted(
+            (d["recvTime"], d["_id"])
+            for d in _collections(mongo_url, db_prefix + "u")[f"{db_prefix}uvehicles.sth_/4wheels_car1_car"]
+        )
+        assert len(every) == 10
+        assert sorted((d["recvTime"], d["_id"]) for d in coll.find()) == every[-3:]
         indexes = {name: info["key"] for name, info in coll.index_information().items()}
         assert indexes["cyg_raw_opt"] == [("recvTime", 1), ("attrName", 1), ("attrType", 1), ("attrValue", 1)]
         assert indexes["sth_raw_query"] == [("attrName", 1), ("recvTime", 1)]
