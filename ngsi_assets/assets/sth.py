@@ -19,7 +19,12 @@ from pyspark.sql import functions as F
 from ngsi_assets.assets.ingest import ngsi_events
 from ngsi_assets.ngsi.sth_config import Resolution
 from ngsi_assets.partitions import hourly_partitions
-from ngsi_assets.sinks.sth_mongo import ensure_aggregate_indexes, expire_documents, publish_documents
+from ngsi_assets.sinks.sth_mongo import (
+    ensure_aggregate_indexes,
+    existing_collections,
+    expire_documents,
+    publish_documents,
+)
 from ngsi_assets.transforms.schemas import NGSI_EVENTS
 from ngsi_assets.transforms.sth import (
     ACTION_REJECT,
@@ -157,11 +162,13 @@ def sth_aggregates(
         publish: dict[str, object]
         if sth.mongo_url:
             # Ping first: an unreachable server fails the run with a clear message before Spark starts writing.
+            # Collections that exist already have their index: only new ones get it (one call each).
+            databases = [r["database"] for r in documents.select("database").distinct().collect()]
             with MongoResource(url=sth.mongo_url).client() as client:
-                pass
+                before = existing_collections(client, databases)
             written = publish_documents(documents, sth.mongo_url, config)
             with MongoResource(url=sth.mongo_url).client() as client:
-                ensure_aggregate_indexes(client, written, config)
+                ensure_aggregate_indexes(client, set(written) - before, config)
                 expired = expire_documents(client, config, now)
             per_collection = {
                 f"{db}.{coll}": {"replaced": rep, "deleted": dele}

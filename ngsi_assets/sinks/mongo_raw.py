@@ -30,6 +30,7 @@ from ngsi_assets.ngsi.mongo_raw_config import AttrPersistence, MongoRawConfig
 from ngsi_assets.ngsi.sth_config import DataModel
 from ngsi_assets.sinks.executors import on_each_partition
 from ngsi_assets.sinks.mongo_retry import MongoWriteError, with_retries
+from ngsi_assets.sinks.sth_mongo import existing_collections
 from ngsi_assets.transforms.mongo_raw import KIND_BOOLEAN, KIND_DATE, KIND_JSON, KIND_NULL, KIND_NUMBER
 
 DUPLICATE_KEY = 11000
@@ -198,13 +199,15 @@ def write_partition(rows: Iterable[Any], url: str, config: MongoRawConfig) -> It
 def write_raw(rows: DataFrame, url: str, config: MongoRawConfig) -> dict[tuple[str, str], tuple[int, int]]:
     """Insert ``rows`` (of ``raw_rows``) from the executors; (documents, newly inserted) per collection.
 
-    The collections are created first, on the driver: their number follows the entities (or
+    New collections are created first, on the driver: their number follows the new entities (or
     service paths), not the rows.
     """
-    collections = rows.select("database", "collection").distinct().collect()
+    touched = {(r["database"], r["collection"]) for r in rows.select("database", "collection").distinct().collect()}
     with MongoClient(url, tz_aware=True, appname="ngsi-assets-mongo-raw", serverSelectionTimeoutMS=30_000) as client:
-        for r in collections:
-            ensure_collection(client, r["database"], r["collection"], config)
+        # Collections that exist are left as they are (as Cygnus leaves them): only new ones are
+        # created, with their indexes, so a run costs calls per new collection, not per collection.
+        for database, collection in sorted(touched - existing_collections(client, {db for db, _ in touched})):
+            ensure_collection(client, database, collection, config)
     summed: dict[tuple[str, str], tuple[int, int]] = {}
     if config.capped:
         # A capped collection drops what was inserted first: one task per collection inserts its

@@ -151,8 +151,13 @@ def aggregate_index_keys(data_model: DataModel) -> list[tuple[str, int]]:
     return [(f"_id.{name}", 1) for name in (*id_fields(data_model), "resolution", "origin")]
 
 
+def existing_collections(client: MongoClient, databases: Iterable[str]) -> set[tuple[str, str]]:
+    """(database, collection) of every collection in ``databases`` (one call per database)."""
+    return {(db, name) for db in databases if db is not None for name in client[db].list_collection_names()}
+
+
 def ensure_aggregate_indexes(client: MongoClient, collections: Iterable[tuple[str, str]], config: STHConfig) -> None:
-    """Create ``cyg_agg_opt`` on every STH collection written (idempotent)."""
+    """Create ``cyg_agg_opt`` on ``collections`` (idempotent; the caller passes the new ones)."""
     keys = aggregate_index_keys(config.data_model)
     for database, collection in collections:
         client[database][collection].create_index(keys, name=AGGREGATE_INDEX)

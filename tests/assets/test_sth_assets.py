@@ -184,6 +184,12 @@ def test_one_backfill_run_over_both_hours_equals_hour_by_hour(
         ("vehicles", "sth_x002f4wheelsxffffcar1xffffcarxffffstate.aggr"),
     ]
     assert by_hour == at_once
+    # every collection the sink created has the index the read API's queries use (dm-by-attribute keys)
+    with pymongo.MongoClient(mongo_url) as client:
+        for prefix in (hourly, backfill):
+            for name in client[f"{prefix}vehicles"].list_collection_names():
+                info = client[f"{prefix}vehicles"][name].index_information()
+                assert info["cyg_agg_opt"]["key"] == [("_id.resolution", 1), ("_id.origin", 1)]
 
 
 @pytest.mark.integration
