@@ -25,6 +25,8 @@ from urllib.parse import quote, urlencode
 import pymongo
 import pytest
 from aiohttp import web
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ngsi_assets.ngsi.mongo_raw_config import MongoRawConfig
 from ngsi_assets.ngsi.sth_config import STHConfig
@@ -356,6 +358,8 @@ def _v1_error(message: str, keys: list[str], source: str = "query") -> dict[str,
     [
         ({"lastN": "abc"}, 'child "lastN" fails because ["lastN" must be a number]', ["lastN"]),
         ({"lastN": "1.5"}, 'child "lastN" fails because ["lastN" must be an integer]', ["lastN"]),
+        ({"lastN": "1e400"}, 'child "lastN" fails because ["lastN" must be a number]', ["lastN"]),
+        ({"hLimit": "1", "hOffset": "1e30"}, 'child "hOffset" fails because ["hOffset" must be a safe number]', ["hOffset"]),
         ({"hOffset": "-1", "hLimit": "1"}, 'child "hOffset" fails because ["hOffset" must be greater than -1]', ["hOffset"]),
         ({"aggrMethod": "avg", "aggrPeriod": "hour"},
          'child "aggrMethod" fails because ["aggrMethod" with value "avg" fails to match the required pattern: '
@@ -429,3 +433,48 @@ def test_not_found_version_and_correlator(api: Api) -> None:
     assert headers["Fiware-Correlator"] == "corr-1"
     _, headers, _ = api.get(V2, {"type": "Spot", "lastN": "1"})
     assert uuid.UUID(headers["Fiware-Correlator"])
+
+
+KEYS = [
+    "lastN",
+    "hLimit",
+    "hOffset",
+    "aggrMethod",
+    "aggrPeriod",
+    "dateFrom",
+    "dateTo",
+    "filetype",
+    "count",
+    "type",
+    "x",
+]
+VALUES = st.one_of(
+    st.sampled_from(
+        ["0", "1", "-1", "100", "101", "1.5", "1e3", "sum", "all", "hour", "csv", "true", "2026-03-01T10:00:00Z"]
+    ),
+    st.text(max_size=12),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    params=st.lists(st.tuples(st.sampled_from(KEYS), VALUES), max_size=5),
+    entity=st.text(min_size=1, max_size=20).filter(lambda t: t not in (".", "..")),
+    service=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=10),  # valid in a header
+    version=st.sampled_from([1, 2]),
+)
+def test_no_client_input_gets_a_5xx(
+    api: Api, params: list[tuple[str, str]], entity: str, service: str, version: int
+) -> None:
+    """Whatever the query, path and headers, the answer is 200, 400 or 404 with a JSON or CSV body."""
+    segment = quote(entity, safe="")
+    path = (
+        f"/STH/v2/entities/{segment}/attrs/speed"
+        if version == 2
+        else f"/STH/v1/contextEntities/type/Spot/id/{segment}/attributes/speed"
+    )
+    headers = {"Fiware-Service": service or "x", "Fiware-ServicePath": PATH}
+    status, response_headers, body = api.get(path, params, headers=headers)
+    assert status in (200, 400, 404), (status, body)
+    if "csv" not in response_headers.get("Content-Type", ""):
+        json.loads(body)

@@ -49,6 +49,7 @@ _METHOD = "(min|max|sum|sum2|occur|all)"
 AGGR_METHOD_PATTERN = f"^{_METHOD}(,{_METHOD})*$"
 RESOLUTIONS = ("month", "day", "hour", "minute", "second")
 DEFAULT_MAX_PAGE_SIZE = 100
+MAX_SAFE_INTEGER = 2**53 - 1  # JavaScript's Number.MAX_SAFE_INTEGER: joi refuses larger numbers
 VALIDATION_KEYS = ["lastN", "hLimit", "hOffset", "filetype", "aggrMethod", "aggrPeriod", "count"]
 MISSING_COMBINATION = (
     "A combination of the following query params is required: lastN, hLimit and hOffset, "
@@ -159,8 +160,10 @@ def parse_query(
     for key in _INTEGER_KEYS:
         if key in values:
             number = _js_number(values[key])
-            if number is None or math.isnan(number):
+            if number is None or not math.isfinite(number):
                 raise _child(key, "must be a number")
+            if abs(number) > MAX_SAFE_INTEGER:
+                raise _child(key, "must be a safe number")
             if not number.is_integer():
                 raise _child(key, "must be an integer")
             if number <= -1:
