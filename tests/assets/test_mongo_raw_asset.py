@@ -248,21 +248,25 @@ def test_unwritable_events_go_to_rejects_with_the_reason(
 def test_increments_equal_the_whole_hour_and_reruns_restore_lost_documents(
     spark: SparkSession, tmp_path: Path, mongo_url: str, db_prefix: str
 ) -> None:
-    """The same landed hour as one run, and as random increments in order, gives the same documents
-    (the same _ids); rerunning an increment, or finishing a write that was cut short, changes nothing."""
+    """The same landed hour as one run, and as random increments in order (then the derived run of
+    the hour, as the landing sensor asks for), gives the same raw documents (the same _ids) and the
+    same STH documents; rerunning an increment, or finishing a write that was cut short, changes
+    nothing."""
     import random
 
     from ngsi_assets.assets.ingest import message_store, ngsi_events
+    from ngsi_assets.assets.sth import sth_aggregates
     from ngsi_assets.increments import INCREMENT_TAG
     from resources.landing import LandingZoneResource
+    from resources.sth_mongo import STHSinkResource
     from tests.assets.test_increments import HOUR_KEY, _land, split_into_increments
 
     _land(tmp_path / "landing", 30)
     landing = LandingZoneResource(root=str(tmp_path / "landing"))
 
-    def run(lake: str, prefix: str, tag: str | None = None) -> None:
+    def run(lake: str, prefix: str, tag: str | None = None, assets: list[Any] | None = None) -> None:
         result = materialize(
-            [message_store, ngsi_events, mongo_raw],
+            assets or [message_store, ngsi_events, mongo_raw],
             partition_key=HOUR_KEY,
             tags={INCREMENT_TAG: tag} if tag else None,
             resources={
@@ -270,30 +274,35 @@ def test_increments_equal_the_whole_hour_and_reruns_restore_lost_documents(
                 "lake": LakeResource(root=str(tmp_path / lake)),
                 "landing": landing,
                 "mongo_raw_sink": MongoRawSinkResource(enabled=True, mongo_url=mongo_url, db_prefix=prefix),
+                "sth": STHSinkResource(mongo_url=mongo_url, db_prefix=prefix, resolutions="hour,minute,second"),
             },
             instance=DagsterInstance.ephemeral(),
         )
         assert result.success
         assert all(c.passed for c in result.get_asset_check_evaluations())
 
-    run("whole", db_prefix + "w")
-    whole = {k.removeprefix(db_prefix + "w"): v for k, v in _collections(mongo_url, db_prefix + "w").items()}
-    assert sum(len(v) for v in whole.values()) == 29 + 10  # speed but in the delete, fuel every third
+    def stored(prefix: str) -> dict[str, list[dict[str, Any]]]:
+        return {k.removeprefix(prefix): v for k, v in _collections(mongo_url, prefix).items()}
+
+    run("whole", db_prefix + "w", assets=[message_store, ngsi_events, mongo_raw, sth_aggregates])
+    whole = stored(db_prefix + "w")
+    raw = {k: v for k, v in whole.items() if not k.endswith(".aggr")}
+    assert sum(len(v) for v in raw.values()) == 29 + 10  # speed but in the delete, fuel every third
+    assert len(whole) == 2 * len(raw)  # an STH collection beside each raw one
     increments = split_into_increments(landing, random.Random(3), parts=4)
     for inc in increments:
         run("split", db_prefix + "s", inc.to_tag())
-    split = {k.removeprefix(db_prefix + "s"): v for k, v in _collections(mongo_url, db_prefix + "s").items()}
-    assert split == whole
+    run("split", db_prefix + "s", assets=[sth_aggregates])  # the derived run of the hour
+    assert stored(db_prefix + "s") == whole
     run("split", db_prefix + "s", increments[2].to_tag())
     # a write cut short: some documents of an increment never reached MongoDB
     with pymongo.MongoClient(mongo_url) as client:
         for name in client[db_prefix + "svehicles"].list_collection_names():
             client[db_prefix + "svehicles"][name].delete_many({"attrName": "speed"})
     run("split", db_prefix + "s", increments[1].to_tag())
-    after = {k.removeprefix(db_prefix + "s"): v for k, v in _collections(mongo_url, db_prefix + "s").items()}
+    after = stored(db_prefix + "s")
     missing = sum(len(v) for v in whole.values()) - sum(len(v) for v in after.values())
     assert missing > 0  # only the rerun increment's documents came back
     for inc in increments:
         run("split", db_prefix + "s", inc.to_tag())
-    final = {k.removeprefix(db_prefix + "s"): v for k, v in _collections(mongo_url, db_prefix + "s").items()}
-    assert final == whole
+    assert {k: v for k, v in stored(db_prefix + "s").items() if not k.endswith(".aggr")} == raw
