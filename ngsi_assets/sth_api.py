@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 from pymongo import AsyncMongoClient
@@ -111,14 +112,6 @@ def _correlator(request: web.Request) -> str:
     return request.headers.get(CORRELATOR) or str(uuid.uuid4())
 
 
-def _params(request: web.Request) -> list[tuple[str, str]]:
-    return [(k, v) for k, v in request.query.items()]
-
-
-def _headers(request: web.Request) -> dict[str, str]:
-    return {k.lower(): v for k, v in request.headers.items()}
-
-
 class STHApi:
     """The request handlers, bound to the settings."""
 
@@ -143,11 +136,11 @@ class STHApi:
         try:
             query = parse_query(
                 version,
-                _headers(request),
+                request.headers,  # case-insensitive, as HTTP header names are
                 info["entityId"],
                 info.get("entityType"),
                 info["attrName"],
-                _params(request),
+                list(request.query.items()),
                 self.settings.max_page_size,
             )
             collection = self._collection(request, query, aggregated=not query.raw)
@@ -225,8 +218,6 @@ async def _reversed(cursor: Any) -> Any:
 
 
 def _rfc5987(text: str) -> str:
-    from urllib.parse import quote
-
     return quote(text, safe="!#$&+-.^_`|~")
 
 

@@ -69,8 +69,5 @@ class MongoRawSinkResource(ConfigurableResource):
         url = env.get(MONGO_URL_ENV)
         if url:
             values["mongo_url"] = url
-        for name in MongoRawConfig.model_fields:
-            raw = env.get(ENV_PREFIX + name.upper())
-            if raw is not None:
-                values[name] = raw
+        values.update(MongoRawConfig.env_values(env))
         return cls(**values)

@@ -16,7 +16,7 @@ from typing import Any
 from dagster import ConfigurableResource
 from pydantic import ConfigDict, Field, model_validator
 
-from ngsi_assets.ngsi.sth_config import ENV_PREFIX, STHConfig
+from ngsi_assets.ngsi.sth_config import STHConfig
 from resources.mongo import check_mongo_url
 
 MONGO_URL_ENV = "NGSI_MONGO_URL"
@@ -59,8 +59,5 @@ class STHSinkResource(ConfigurableResource):
         url = env.get(MONGO_URL_ENV)
         if url:
             values["mongo_url"] = url
-        for name in STHConfig.model_fields:
-            raw = env.get(ENV_PREFIX + name.upper())
-            if raw is not None:
-                values[name] = raw
+        values.update(STHConfig.env_values(env))
         return cls(**values)

@@ -19,12 +19,8 @@ from pyspark.sql import functions as F
 from ngsi_assets.assets.ingest import ngsi_events
 from ngsi_assets.ngsi.sth_config import Resolution
 from ngsi_assets.partitions import hourly_partitions
-from ngsi_assets.sinks.sth_mongo import (
-    ensure_aggregate_indexes,
-    existing_collections,
-    expire_documents,
-    publish_documents,
-)
+from ngsi_assets.sinks.mongo_bulk import existing_collections
+from ngsi_assets.sinks.sth_mongo import ensure_aggregate_indexes, expire_documents, publish_documents
 from ngsi_assets.transforms.schemas import NGSI_EVENTS
 from ngsi_assets.transforms.sth import (
     ACTION_REJECT,
@@ -118,7 +114,11 @@ def sth_aggregates(
     documents = build_documents(documents_of(all_partials, touched), config, int(now.timestamp() * 1000))
     documents = documents.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        by_action = {r["action"]: int(r["count"]) for r in documents.groupBy("action").count().collect()}
+        # One job for the actions' counts and the databases written (one row per database and action).
+        by_database_action = documents.groupBy("database", "action").count().collect()
+        by_action: dict[str, int] = {}
+        for r in by_database_action:
+            by_action[r["action"]] = by_action.get(r["action"], 0) + int(r["count"])
         rejected_docs = [
             {"database": r["database"], "collection": r["collection"], "reason": r["reason"]}
             for r in documents.where(F.col("action") == ACTION_REJECT).limit(EXAMPLES).collect()
@@ -163,7 +163,7 @@ def sth_aggregates(
         if sth.mongo_url:
             # Ping first: an unreachable server fails the run with a clear message before Spark starts writing.
             # Collections that exist already have their index: only new ones get it (one call each).
-            databases = [r["database"] for r in documents.select("database").distinct().collect()]
+            databases = {r["database"] for r in by_database_action}
             with MongoResource(url=sth.mongo_url).client() as client:
                 before = existing_collections(client, databases)
             written = publish_documents(documents, sth.mongo_url, config)

@@ -92,13 +92,17 @@ class MongoSinkParameters(BaseModel):
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
         """Read ``<env_prefix><PARAMETER>`` variables (e.g. ``NGSI_STH_RESOLUTIONS=hour,day``)."""
+        return cls.model_validate(cls.env_values(environ))
+
+    @classmethod
+    def env_values(cls, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The parameters set in the environment, as text (``<env_prefix><PARAMETER>``)."""
         env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for name in cls.model_fields:
-            raw = env.get(cls.env_prefix + name.upper())
-            if raw is not None:
-                values[name] = raw
-        return cls.model_validate(values)
+        return {
+            name: env[cls.env_prefix + name.upper()]
+            for name in cls.model_fields
+            if cls.env_prefix + name.upper() in env
+        }
 
 
 class STHConfig(MongoSinkParameters):

@@ -34,7 +34,7 @@ import csv
 import io
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -382,37 +382,35 @@ def _emptied(point: dict[str, Any], methods: Sequence[str]) -> None:
 
 
 def _trim(results: list[dict[str, Any]], query: Query, filter_out_empty: bool) -> None:
+    """``filterResults``: the first document loses its points before ``dateFrom``'s offset, the last
+    its points after ``dateTo``'s, when those documents are the dates' own; emptied documents go."""
+    _trim_edge(results, 0, query.date_from, lambda offset, edge: offset < edge, query, filter_out_empty)
+    _trim_edge(results, -1, query.date_to, lambda offset, edge: offset > edge, query, filter_out_empty)
+
+
+def _trim_edge(
+    results: list[dict[str, Any]],
+    index: int,
+    moment: datetime | None,
+    outside: Callable[[int, int], bool],
+    query: Query,
+    filter_out_empty: bool,
+) -> None:
     period = query.aggr_period
     assert period is not None
-    methods = query.aggr_methods
-    if not results:
+    if not results or moment is None or results[index]["_id"]["origin"] != origin_of(moment, period):
         return
-    if query.date_from is not None and results[0]["_id"]["origin"] == origin_of(query.date_from, period):
-        low = offset_of(query.date_from, period)
-        points = results[0]["points"]
-        kept = []
-        for p in points:
-            if p["offset"] < low and p.get("samples"):
-                if filter_out_empty:
-                    continue
-                _emptied(p, methods)
-            kept.append(p)
-        results[0]["points"] = kept
-        if not kept:
-            results.pop(0)
-    if results and query.date_to is not None and results[-1]["_id"]["origin"] == origin_of(query.date_to, period):
-        high = offset_of(query.date_to, period)
-        points = results[-1]["points"]
-        kept = []
-        for p in points:
-            if p["offset"] > high and p.get("samples"):
-                if filter_out_empty:
-                    continue
-                _emptied(p, methods)
-            kept.append(p)
-        results[-1]["points"] = kept
-        if not kept:
-            results.pop()
+    edge = offset_of(moment, period)
+    kept = []
+    for p in results[index]["points"]:
+        if outside(p["offset"], edge) and p.get("samples"):
+            if filter_out_empty:
+                continue
+            _emptied(p, query.aggr_methods)
+        kept.append(p)
+    results[index]["points"] = kept
+    if not kept:
+        results.pop(index)
 
 
 def raw_values(documents: Iterable[Mapping[str, Any]], query: Query) -> list[dict[str, Any]]:

@@ -28,9 +28,14 @@ from pyspark.sql import DataFrame
 
 from ngsi_assets.ngsi.mongo_raw_config import AttrPersistence, MongoRawConfig
 from ngsi_assets.ngsi.sth_config import DataModel
-from ngsi_assets.sinks.executors import on_each_partition
-from ngsi_assets.sinks.mongo_retry import MongoWriteError, with_retries
-from ngsi_assets.sinks.sth_mongo import existing_collections
+from ngsi_assets.sinks.mongo_bulk import (
+    MongoWriteError,
+    connect,
+    existing_collections,
+    run_by_collection,
+    with_retries,
+    write_by_collection,
+)
 from ngsi_assets.transforms.mongo_raw import KIND_BOOLEAN, KIND_DATE, KIND_JSON, KIND_NULL, KIND_NUMBER
 
 DUPLICATE_KEY = 11000
@@ -38,6 +43,7 @@ NAMESPACE_EXISTS = 48
 RAW_INDEX = "cyg_raw_opt"
 RAW_TTL_INDEX = "cyg_raw_exp"
 QUERY_INDEX = "sth_raw_query"
+APP_NAME = "ngsi-assets-mongo-raw"
 
 
 class MongoRawWriteError(MongoWriteError):
@@ -145,55 +151,31 @@ def to_raw_document(row: dict[str, Any], config: MongoRawConfig) -> dict[str, An
     return doc
 
 
-def _insert_with_retries(
-    client: MongoClient, database: str, collection: str, docs: list, config: MongoRawConfig
-) -> int:
-    """Insert ``docs`` unordered; returns how many were new (duplicates are documents already stored)."""
-    return with_retries(
-        lambda: len(client[database][collection].insert_many(docs, ordered=False).inserted_ids),
-        f"{database}.{collection}",
+def _insert(collection: Any, docs: list[Any], target: str, config: MongoRawConfig) -> dict[str, int]:  # noqa: ANN401
+    """Insert ``docs`` unordered; counts the new ones (duplicates are documents already stored)."""
+    inserted = with_retries(
+        lambda: len(collection.insert_many(docs, ordered=False).inserted_ids),
+        target,
         config,
         harmless={DUPLICATE_KEY},
         partial=lambda exc: int(exc.details.get("nInserted", 0)),
         error=MongoRawWriteError,
     )
+    return {"inserted": inserted}
 
 
-def write_partition(rows: Iterable[Any], url: str, config: MongoRawConfig) -> Iterator[tuple[str, str, int, int]]:
-    """Insert one Spark partition of raw rows; yield (database, collection, documents, newly inserted).
-
-    Rows are expected grouped by (database, collection) (the caller sorts within partitions).
+def write_partition(rows: Iterable[Any], url: str, config: MongoRawConfig) -> Iterator[tuple[str, str, dict[str, int]]]:
+    """Insert one Spark partition of raw rows; yield (database, collection, counts of documents and of
+    those newly inserted). Rows are expected grouped by (database, collection) (the caller sorts).
     """
-    counts: dict[tuple[str, str], list[int]] = {}
-    client: MongoClient[dict[str, Any]] | None = None
-    docs: list[dict[str, Any]] = []
-    current: tuple[str, str] | None = None
-
-    def flush() -> None:
-        if docs and current is not None:
-            assert client is not None
-            counts[current][1] += _insert_with_retries(client, current[0], current[1], docs, config)
-            docs.clear()
-
-    try:
-        for spark_row in rows:
-            row = spark_row.asDict(recursive=True)
-            key = (row["database"], row["collection"])
-            if key != current or len(docs) >= config.batch_size:
-                if client is None:
-                    client = MongoClient(
-                        url, tz_aware=True, appname="ngsi-assets-mongo-raw", serverSelectionTimeoutMS=30_000
-                    )
-                flush()
-                current = key
-            counts.setdefault(key, [0, 0])[0] += 1
-            docs.append(to_raw_document(row, config))
-        flush()
-    finally:
-        if client is not None:
-            client.close()
-    for (database, collection), (total, inserted) in counts.items():
-        yield (database, collection, total, inserted)
+    return write_by_collection(
+        rows,
+        url,
+        APP_NAME,
+        config.batch_size,
+        lambda row: (to_raw_document(row, config), "documents"),
+        lambda collection, docs, target: _insert(collection, docs, target, config),
+    )
 
 
 def write_raw(rows: DataFrame, url: str, config: MongoRawConfig) -> dict[tuple[str, str], tuple[int, int]]:
@@ -203,12 +185,11 @@ def write_raw(rows: DataFrame, url: str, config: MongoRawConfig) -> dict[tuple[s
     service paths), not the rows.
     """
     touched = {(r["database"], r["collection"]) for r in rows.select("database", "collection").distinct().collect()}
-    with MongoClient(url, tz_aware=True, appname="ngsi-assets-mongo-raw", serverSelectionTimeoutMS=30_000) as client:
+    with connect(url, APP_NAME) as client:
         # Collections that exist are left as they are (as Cygnus leaves them): only new ones are
         # created, with their indexes, so a run costs calls per new collection, not per collection.
         for database, collection in sorted(touched - existing_collections(client, {db for db, _ in touched})):
             ensure_collection(client, database, collection, config)
-    summed: dict[tuple[str, str], tuple[int, int]] = {}
     if config.capped:
         # A capped collection drops what was inserted first: one task per collection inserts its
         # documents oldest first, so the newest survive (as when Cygnus inserts them as they come).
@@ -217,9 +198,5 @@ def write_raw(rows: DataFrame, url: str, config: MongoRawConfig) -> dict[tuple[s
         )
     else:
         ordered = rows.sortWithinPartitions("database", "collection", "docId")
-    for database, collection, total, inserted in on_each_partition(
-        ordered, lambda part: write_partition(part, url, config)
-    ):
-        before = summed.get((database, collection), (0, 0))
-        summed[(database, collection)] = (before[0] + total, before[1] + inserted)
-    return summed
+    summed = run_by_collection(ordered, lambda part: write_partition(part, url, config))
+    return {key: (tally["documents"], tally["inserted"]) for key, tally in summed.items()}

@@ -30,8 +30,7 @@ from ngsi_assets.ngsi.sth_naming import (
     encode_database_old,
     id_fields,
 )
-from ngsi_assets.sinks.executors import on_each_partition
-from ngsi_assets.sinks.mongo_retry import MongoWriteError, with_retries
+from ngsi_assets.sinks.mongo_bulk import MongoWriteError, run_by_collection, with_retries, write_by_collection
 from ngsi_assets.transforms.sth import ACTION_DELETE, ACTION_UPSERT
 
 _ID_COLUMN = {"entityId": "idEntityId", "entityType": "idEntityType", "attrName": "idAttrName"}
@@ -74,54 +73,32 @@ def to_document(row: dict[str, Any], data_model: DataModel) -> dict[str, Any]:
     return {"_id": document_id(row, data_model), "attrType": row["attrType"], "points": points}
 
 
-def _bulk_write_with_retries(client: MongoClient, database: str, collection: str, ops: list, config: STHConfig) -> None:
-    with_retries(
-        lambda: client[database][collection].bulk_write(ops, ordered=False),
-        f"{database}.{collection}",
-        config,
-        error=STHPublishError,
-    )
+def _operation(row: dict[str, Any], config: STHConfig) -> tuple[Any, str] | None:
+    if row["action"] == ACTION_UPSERT:
+        doc = to_document(row, config.data_model)
+        return ReplaceOne({"_id": doc["_id"]}, doc, upsert=True), "replaced"
+    if row["action"] == ACTION_DELETE:
+        return DeleteOne({"_id": document_id(row, config.data_model)}), "deleted"
+    return None
 
 
-def write_partition(rows: Iterable[Any], url: str, config: STHConfig) -> Iterator[tuple[str, str, int, int]]:
-    """Write one Spark partition of document rows; yield (database, collection, replaced, deleted).
+def _send(collection: Any, ops: list[Any], target: str, config: STHConfig) -> dict[str, int]:  # noqa: ANN401
+    with_retries(lambda: collection.bulk_write(ops, ordered=False), target, config, error=STHPublishError)
+    return {}
 
-    Rows are expected grouped by (database, collection) (the caller sorts within partitions).
+
+def write_partition(rows: Iterable[Any], url: str, config: STHConfig) -> Iterator[tuple[str, str, dict[str, int]]]:
+    """Write one Spark partition of document rows; yield (database, collection, counts of replaced
+    and deleted). Rows are expected grouped by (database, collection) (the caller sorts within partitions).
     """
-    counts: dict[tuple[str, str], list[int]] = {}
-    client: MongoClient[dict[str, Any]] | None = None
-    ops: list[Any] = []
-    current: tuple[str, str] | None = None
-
-    def flush() -> None:
-        if ops and current is not None:
-            assert client is not None
-            _bulk_write_with_retries(client, current[0], current[1], ops, config)
-            ops.clear()
-
-    try:
-        for spark_row in rows:
-            row = spark_row.asDict(recursive=True)
-            key = (row["database"], row["collection"])
-            if key != current or len(ops) >= config.batch_size:
-                if client is None:
-                    client = MongoClient(url, tz_aware=True, appname="ngsi-assets-sth", serverSelectionTimeoutMS=30_000)
-                flush()
-                current = key
-            tally = counts.setdefault(key, [0, 0])
-            if row["action"] == ACTION_UPSERT:
-                doc = to_document(row, config.data_model)
-                ops.append(ReplaceOne({"_id": doc["_id"]}, doc, upsert=True))
-                tally[0] += 1
-            elif row["action"] == ACTION_DELETE:
-                ops.append(DeleteOne({"_id": document_id(row, config.data_model)}))
-                tally[1] += 1
-        flush()
-    finally:
-        if client is not None:
-            client.close()
-    for (database, collection), (replaced, deleted) in counts.items():
-        yield (database, collection, replaced, deleted)
+    return write_by_collection(
+        rows,
+        url,
+        "ngsi-assets-sth",
+        config.batch_size,
+        lambda row: _operation(row, config),
+        lambda collection, ops, target: _send(collection, ops, target, config),
+    )
 
 
 def publish_documents(documents: DataFrame, url: str, config: STHConfig) -> dict[tuple[str, str], tuple[int, int]]:
@@ -133,13 +110,8 @@ def publish_documents(documents: DataFrame, url: str, config: STHConfig) -> dict
     todo = documents.where(documents["action"].isin(ACTION_UPSERT, ACTION_DELETE)).sortWithinPartitions(
         "database", "collection"
     )
-    summed: dict[tuple[str, str], tuple[int, int]] = {}
-    for database, collection, replaced, deleted in on_each_partition(
-        todo, lambda rows: write_partition(rows, url, config)
-    ):
-        before = summed.get((database, collection), (0, 0))
-        summed[(database, collection)] = (before[0] + replaced, before[1] + deleted)
-    return summed
+    summed = run_by_collection(todo, lambda rows: write_partition(rows, url, config))
+    return {key: (tally["replaced"], tally["deleted"]) for key, tally in summed.items()}
 
 
 AGGREGATE_INDEX = "cyg_agg_opt"
@@ -149,11 +121,6 @@ def aggregate_index_keys(data_model: DataModel) -> list[tuple[str, int]]:
     """Cygnus's ``cyg_agg_opt`` keys (``MongoBackendImpl.createCollection``): the ``_id`` fields the
     read API matches, then resolution and origin, which it filters and sorts on."""
     return [(f"_id.{name}", 1) for name in (*id_fields(data_model), "resolution", "origin")]
-
-
-def existing_collections(client: MongoClient, databases: Iterable[str]) -> set[tuple[str, str]]:
-    """(database, collection) of every collection in ``databases`` (one call per database)."""
-    return {(db, name) for db in databases if db is not None for name in client[db].list_collection_names()}
 
 
 def ensure_aggregate_indexes(client: MongoClient, collections: Iterable[tuple[str, str]], config: STHConfig) -> None:

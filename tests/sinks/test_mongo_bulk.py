@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pytest
 from pymongo.errors import AutoReconnect, BulkWriteError
 
-from ngsi_assets.sinks.mongo_retry import MongoWriteError, with_retries
+from ngsi_assets.sinks.mongo_bulk import MongoWriteError, with_retries
 
 
 @dataclass
