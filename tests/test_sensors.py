@@ -309,3 +309,32 @@ def test_a_failed_increment_gets_one_whole_hour_repair(tmp_path: Path) -> None:
                      tags={**run.tags, "dagster/parent_run_id": failed.run_id}), DagsterRunStatus.STARTED)  # fmt: skip
     assert repair_requests(t.instance, now=datetime.now(UTC)) == []
     assert REPAIR_TAG in repair.tags
+
+
+def _step_order(job_name: str) -> list[str]:
+    """The order the in-process executor (the platform's) starts the job's steps in, each succeeding."""
+    from dagster._core.execution.api import create_execution_plan
+    from dagster._core.execution.plan.active import ActiveExecution
+    from dagster._core.execution.plan.outputs import StepOutputHandle
+    from dagster._core.execution.retries import RetryMode
+
+    from ngsi_assets.definitions import defs
+
+    order: list[str] = []
+    with ActiveExecution(create_execution_plan(defs.resolve_job_def(job_name)), RetryMode.DISABLED) as active:
+        while not active.is_complete:
+            for step in active.get_steps_to_execute(limit=1):
+                order.append(step.key)
+                for out in step.step_outputs:
+                    active.mark_step_produced_output(StepOutputHandle(step.key, out.name))
+                active.mark_success(step.key)
+    return order
+
+
+def test_last_data_is_written_first_once_the_events_are_in() -> None:
+    """Freshness is the last-data tables': in an increment, and in a whole-hour run, no other sink and
+    no derived asset runs between the events and last data."""
+    for job in ("ngsi_increment_job", "ngsi_ingest_job"):
+        order = _step_order(job)
+        assert order[:3] == ["message_store", "ngsi_events", "last_data"], (job, order)
+        assert set(order[3:]) >= {"historic_tables", "mongo_raw"}, (job, order)

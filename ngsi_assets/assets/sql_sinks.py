@@ -17,6 +17,7 @@ from dagster import (
     MetadataValue,
     asset,
 )
+from dagster._core.storage.tags import PRIORITY_TAG
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -41,6 +42,8 @@ from resources.lake import LakeResource, key_to_dt
 from resources.sql_sinks import SqlSinksResource
 
 GROUP = "sql_sinks"
+# Dagster runs the ready step of highest priority first (in process, the platform's executor).
+LAST_DATA_PRIORITY = 10
 NOT_CONFIGURED = "no SQL sink configured: set NGSI_POSTGRES_URL / NGSI_MYSQL_URL or NGSI_SQL_SINKS_CONFIG"
 CHECK_SAMPLE_KEYS = 20
 LAST_DATA_STATE_DATASET = "last_data_state"
@@ -276,6 +279,8 @@ def _stored_rows_in(cfg: SqlSinkConfig, database: str | None, sample: list[Any])
     group_name=GROUP,
     kinds={"spark", "postgres", "mysql"},
     check_specs=[AssetCheckSpec("last_data_row_equals_newest_event", asset="last_data")],
+    # First of the steps ready after the events: freshness is measured in the last-data tables.
+    op_tags={PRIORITY_TAG: str(LAST_DATA_PRIORITY)},
 )
 def last_data(
     context: AssetExecutionContext,
