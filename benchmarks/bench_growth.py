@@ -1,0 +1,305 @@
+"""Growth: does a run's cost follow the data it brings, or the hour's size and the history's age?
+
+    .venv/bin/python benchmarks/bench_growth.py [--keys 600] [--per-key 10] [--days 1 30] [--write-results]
+
+Issue 12's two growth targets, measured as a user runs the platform: one Spark Connect server every
+run shares (as ``make dev``), PostgreSQL and MariaDB last data and historic tables on (as the tests
+start them), STH in the lake, NGSI v2 notifications of four attributes (``bench_continuous``'s).
+Each run is a Dagster run of the platform's own jobs in a fresh process; its time is the run's
+(Python start excluded) and each asset step's, read back from the event log.
+
+- **1% new keys.** An hour of ``--keys`` cars x ``--per-key`` notifications is materialized whole.
+  Then 1% more keys land (as many notifications each) and are processed as continuous mode does: an
+  ``ngsi_increment_job`` run over exactly the new bytes (message store to last data and historic
+  tables), then the hour's ``ngsi_derived_job`` run (versioned entities, transaction history, STH).
+  Both are compared with a full run (``ngsi_ingest_job``) of the same hour, all its data, on a fresh
+  lake. Target: the incremental run costs at most 10% of the full one.
+- **History age.** For each of ``--days``: a fresh lake gets that many days of generated history (the
+  same cars every hour, ``--history-per-hour`` notifications an hour), backfilled as one run; then the
+  next hour (the same size as above) is run whole and, on top of it, as an increment of 1% new keys
+  plus its derived run. Target: after 30 days each costs at most 1.2x what it costs after 1 day.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.bench_continuous import notification, stop_group  # noqa: E402
+from benchmarks.bench_spark_modes import platform_env, start_connect_server, step_seconds  # noqa: E402
+from benchmarks.machine import describe_machine, write_results  # noqa: E402
+
+BEGIN = "<!-- bench_growth:begin -->"
+END = "<!-- bench_growth:end -->"
+SERVICE = "bench"
+HOUR_MS = 3_600_000
+# The measured hour; history goes back from it.
+MEASURED_HOUR_MS = 1_767_225_600_000 + 10 * 24 * HOUR_MS  # 2026-01-11 00:00 UTC
+
+
+def hour_key(ms: int) -> str:
+    return time.strftime("%Y-%m-%d-%H:00", time.gmtime(ms / 1000))
+
+
+def land(root: Path, hour_ms: int, cars: range, per_car: int, first_seq: int = 0) -> None:
+    """``per_car`` notifications of each car in ``cars`` spread over the hour, in time order."""
+    from ngsi_assets.ingest.landing import LandingWriter
+    from ngsi_assets.ngsi.envelope import Envelope
+
+    total = len(cars) * per_car
+    step = max(1, (HOUR_MS - 60_000) // max(total, 1))
+
+    def envelopes():  # noqa: ANN202
+        for i in range(total):
+            car, seq = cars[i % len(cars)], first_seq + i // len(cars)
+            yield Envelope(
+                f"g{hour_ms // HOUR_MS}-{car}-{seq}", hour_ms + 30_000 + i * step, "ngsi-v2", "normalized",
+                SERVICE, "/cars", None, None, None, "bench", notification(car, seq),
+            )  # fmt: skip
+
+    with LandingWriter(root) as writer:
+        writer.append_many_blocking(envelopes())
+
+
+def new_bytes(root: Path, hour_ms: int, seen: dict[str, int]) -> dict[str, list[int]]:
+    """The ranges of the hour's segments past ``seen`` (each ends at a line boundary: the writer closed)."""
+    out: dict[str, list[int]] = {}
+    folder = root / f"dt={time.strftime('%Y-%m-%d-%H', time.gmtime(hour_ms / 1000))}"
+    for seg in sorted(folder.iterdir()):
+        name = f"{folder.name}/{seg.name}"
+        size = seg.stat().st_size
+        if size > seen.get(name, 0):
+            out[name] = [seen.get(name, 0), size]
+    return out
+
+
+def segment_sizes(root: Path, hour_ms: int) -> dict[str, int]:
+    return {name: end for name, (_, end) in new_bytes(root, hour_ms, {}).items()}
+
+
+def run_job(env: dict[str, str], job: str, first: str, last: str | None = None, increment: Any = None) -> dict:
+    """One Dagster run of ``job`` in a fresh process (``--child``); its run time and step times."""
+    args = [sys.executable, __file__, "--child", job, first, last or first]
+    if increment is not None:
+        args.append(json.dumps(increment))
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{job} {first}..{last} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}")
+    out = json.loads(lines[-1])
+    out["steps"] = step_seconds(Path(env["DAGSTER_HOME"]), out["run_id"])
+    return out
+
+
+def child(job: str, first: str, last: str, increment: str | None) -> int:
+    """Run ``job`` over ``first``..``last`` in this process, print its id and seconds as JSON."""
+    from dagster import DagsterInstance
+    from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
+
+    from ngsi_assets.definitions import defs
+    from ngsi_assets.increments import INCREMENT_TAG, Increment
+
+    tags = {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
+    if increment:
+        tags[INCREMENT_TAG] = Increment.of(json.loads(increment)).to_tag()
+    started = time.monotonic()
+    result = defs.resolve_job_def(job).execute_in_process(
+        instance=DagsterInstance.get(),
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+        tags=tags,
+        raise_on_error=False,
+    )
+    seconds = time.monotonic() - started
+    failed = [c.check_name for c in result.get_asset_check_evaluations() if not c.passed]
+    print(json.dumps({"run_id": result.run_id, "seconds": seconds, "success": result.success, "failed": failed}))
+    return 0 if result.success and not failed else 1
+
+
+class Lab:
+    """The shared servers, and a fresh platform (landing zone, lake, Dagster home) per experiment."""
+
+    def __init__(self, work: Path, base_env: dict[str, str]) -> None:
+        self.work = work
+        self.base_env = base_env
+        self.n = 0
+
+    def platform(self, name: str) -> tuple[dict[str, str], Path]:
+        self.n += 1
+        root = self.work / f"{self.n:02d}-{name}"
+        landing = root / "landing"
+        landing.mkdir(parents=True)
+        env = platform_env(root / "home", landing, root / "lake", self.base_env)
+        return env, landing
+
+
+def incremental_path(env: dict[str, str], landing: Path, hour_ms: int, keys: int, per_key: int) -> dict[str, dict]:
+    """Land 1% new keys into an hour already materialized; run its increment, then its derived run."""
+    seen = segment_sizes(landing, hour_ms)
+    new = max(1, keys // 100)
+    land(landing, hour_ms, range(keys, keys + new), per_key)
+    ranges = new_bytes(landing, hour_ms, seen)
+    key = hour_key(hour_ms)
+    inc = run_job(env, "ngsi_increment_job", key, increment=ranges)
+    derived = run_job(env, "ngsi_derived_job", key)
+    return {"increment": inc, "derived": derived}
+
+
+def one_percent(lab: Lab, keys: int, per_key: int) -> dict[str, Any]:
+    hour = MEASURED_HOUR_MS
+    key = hour_key(hour)
+    env, landing = lab.platform("one-percent")
+    land(landing, hour, range(keys), per_key)
+    base = run_job(env, "ngsi_ingest_job", key)
+    path = incremental_path(env, landing, hour, keys, per_key)
+    # The full run of the same hour (all its data, the 1% included) on a fresh lake.
+    full_env, full_landing = lab.platform("full")
+    shutil.rmtree(full_landing)
+    shutil.copytree(landing, full_landing)
+    full = run_job(full_env, "ngsi_ingest_job", key)
+    return {"base": base, "full": full, **path}
+
+
+def history_age(lab: Lab, days: int, history_keys: int, history_per_hour: int, keys: int, per_key: int) -> dict:
+    measured = MEASURED_HOUR_MS
+    env, landing = lab.platform(f"history-{days}d")
+    hours = days * 24
+    first = measured - hours * HOUR_MS
+    per_car = max(1, history_per_hour // history_keys)
+    for h in range(hours):
+        land(landing, first + h * HOUR_MS, range(history_keys), per_car, first_seq=h * per_car)
+    started = time.monotonic()
+    backfill = run_job(env, "ngsi_ingest_job", hour_key(first), hour_key(measured - HOUR_MS))
+    backfill["wall"] = time.monotonic() - started
+    land(landing, measured, range(keys), per_key, first_seq=hours * per_car)
+    whole = run_job(env, "ngsi_ingest_job", hour_key(measured))
+    path = incremental_path(env, landing, measured, keys, per_key)
+    return {"days": days, "backfill": backfill, "whole": whole, **path}
+
+
+def fmt_steps(steps: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.1f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1]))
+
+
+def render(args: argparse.Namespace, one: dict[str, Any], ages: list[dict[str, Any]], machine: str) -> str:
+    keys, per_key = args.keys, args.per_key
+    new = max(1, keys // 100)
+    full, inc, der = one["full"]["seconds"], one["increment"]["seconds"], one["derived"]["seconds"]
+    lines = [
+        BEGIN,
+        f"Machine: {machine}.",
+        "",
+        f"`benchmarks/bench_growth.py --keys {keys} --per-key {per_key} --days {' '.join(map(str, args.days))} "
+        f"--history-keys {args.history_keys} --history-per-hour {args.history_per_hour}`: one warm Spark Connect "
+        "server, PostgreSQL and MariaDB (historic and last data, dm-by-entity-type), STH in the lake. Run times "
+        "exclude process start.",
+        "",
+        f"**1% new keys.** An hour of {keys} cars x {per_key} notifications ({keys * per_key}), then {new} new cars "
+        f"({new * per_key} notifications) processed as continuous mode does.",
+        "",
+        "| run | seconds | share of the full run | steps (s) |",
+        "|---|---|---|---|",
+        f"| full run of the hour (`ngsi_ingest_job`, fresh lake) | {full:.1f} | 100% "
+        f"| {fmt_steps(one['full']['steps'])} |",
+        f"| increment of the 1% (`ngsi_increment_job`) | {inc:.1f} | {100 * inc / full:.0f}% "
+        f"| {fmt_steps(one['increment']['steps'])} |",
+        f"| the hour's derived run after it (`ngsi_derived_job`) | {der:.1f} | {100 * der / full:.0f}% "
+        f"| {fmt_steps(one['derived']['steps'])} |",
+        f"| increment + derived | {inc + der:.1f} | {100 * (inc + der) / full:.0f}% | |",
+        "",
+        f"**History age.** {args.history_keys} cars, {args.history_per_hour} notifications an hour of history, "
+        f"backfilled as one run; then the next hour ({keys * per_key} notifications) whole, then 1% new keys "
+        "as an increment and the derived run.",
+        "",
+        "| history | backfill run (s) | next hour whole (s) | increment of 1% (s) | derived run (s) |",
+        "|---|---|---|---|---|",
+    ]
+    for a in ages:
+        lines.append(
+            f"| {a['days']} day(s) | {a['backfill']['seconds']:.1f} | {a['whole']['seconds']:.1f} | "
+            f"{a['increment']['seconds']:.1f} | {a['derived']['seconds']:.1f} |"
+        )
+    if len(ages) >= 2:
+        lo, hi = ages[0], ages[-1]
+        ratio = {k: hi[k]["seconds"] / lo[k]["seconds"] for k in ("whole", "increment", "derived")}
+        lines += [
+            "",
+            f"Ratio {hi['days']} days / {lo['days']} day(s): whole hour {ratio['whole']:.2f}x, increment "
+            f"{ratio['increment']:.2f}x, derived run {ratio['derived']:.2f}x.",
+            "",
+            f"Steps of the whole hour after {lo['days']} day(s): {fmt_steps(lo['whole']['steps'])}; after "
+            f"{hi['days']} days: {fmt_steps(hi['whole']['steps'])}.",
+            f"Steps of the derived run after {lo['days']} day(s): {fmt_steps(lo['derived']['steps'])}; after "
+            f"{hi['days']} days: {fmt_steps(hi['derived']['steps'])}.",
+        ]
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    parser.add_argument("--keys", type=int, default=600)
+    parser.add_argument("--per-key", type=int, default=10)
+    parser.add_argument("--days", type=int, nargs="+", default=[1, 30])
+    parser.add_argument("--history-keys", type=int, default=60)
+    parser.add_argument("--history-per-hour", type=int, default=120)
+    parser.add_argument("--write-results", action="store_true")
+    args = parser.parse_args(argv)
+    if args.child:
+        job, first, last, *inc = args.child
+        return child(job, first, last, inc[0] if inc else None)
+
+    from tests.support.servers import mysql_server_url, postgres_server_url, start_mariadb, start_postgres
+
+    work = Path(tempfile.mkdtemp(prefix="ngsi-bench-growth-"))
+    servers, procs = [], []
+    try:
+        pg, my = start_postgres(), start_mariadb()
+        servers += [pg, my]
+        sinks = work / "sql_sinks.yaml"
+        common = "  last_data_mode: both\n  data_model: dm-by-entity-type\n"
+        sinks.write_text(
+            f"postgresql:\n  url: {postgres_server_url(pg)}\n{common}mysql:\n  url: {mysql_server_url(my)}\n{common}"
+        )
+        connect, remote = start_connect_server(work)
+        procs.append(connect)
+        lab = Lab(work, {"NGSI_SPARK_REMOTE": remote, "NGSI_SQL_SINKS_CONFIG": str(sinks)})
+        # Warm the server (JIT, Python workers) on a small hour of its own, as a running platform is.
+        warm_env, warm_landing = lab.platform("warm-up")
+        land(warm_landing, MEASURED_HOUR_MS - 40 * 24 * HOUR_MS, range(50), 4)
+        run_job(warm_env, "ngsi_ingest_job", hour_key(MEASURED_HOUR_MS - 40 * 24 * HOUR_MS))
+        print("warmed up", flush=True)
+        one = one_percent(lab, args.keys, args.per_key)
+        print(json.dumps({k: v["seconds"] for k, v in one.items()}), flush=True)
+        ages = []
+        for days in args.days:
+            a = history_age(lab, days, args.history_keys, args.history_per_hour, args.keys, args.per_key)
+            print(json.dumps({k: v["seconds"] for k, v in a.items() if isinstance(v, dict)}), flush=True)
+            ages.append(a)
+        block = render(args, one, ages, describe_machine())
+        print(block)
+        if args.write_results:
+            write_results(block, BEGIN, END, "Growth: cost against new data and history age")
+        return 0
+    finally:
+        for p in procs:
+            stop_group(p)
+        for s in servers:
+            s.stop()
+        if os.environ.get("NGSI_BENCH_KEEP") != "1":
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
