@@ -7,12 +7,23 @@ through ``pyarrow.fs``, never through the Spark driver, so they work through Spa
 
 Writing replaces exactly the hours a run was asked for, including hours that now have no rows, so
 rerunning a partition leaves the dataset exactly as running it once.
+
+A write that changes the lake in several file operations (swapping folders, moving an increment's
+files in) first stages its rows, then records those operations in a journal
+(``_staging/_commits/<dataset>/<id>.json``), applies them and removes the journal. Each operation can
+be applied again, so a process killed at any point leaves a journal that the next access to the
+dataset (by a read or a write, in any process) finishes before doing anything else: no folder is ever
+left missing, and no increment half moved in.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import socket
+import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 
@@ -24,6 +35,10 @@ from pyspark.sql.types import StringType, StructField, StructType
 
 PARTITION_COLUMN = "dt"
 STAGING = "_staging"
+COMMITS = "_commits"
+# A journal left by a process on another machine is finished only when it is this old (its process
+# cannot be asked whether it still runs): the writes it records take seconds, not minutes.
+STALE_COMMIT_S = 600.0
 
 
 def _with_partition_column(schema: StructType) -> StructType:
@@ -175,6 +190,77 @@ class LakeFiles:
 # One per process: it only caches filesystem clients, which are safe to share.
 _FILES = LakeFiles()
 
+# Journals this process is applying right now (not to be finished by another thread of it).
+_OPEN_COMMITS: set[str] = set()
+_OPEN_LOCK = threading.Lock()
+
+
+def _process_start(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, Linux), to tell it from a later one with
+    the same pid; None where ``/proc`` is not there or the process does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _this_writer() -> dict[str, object]:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid())}
+
+
+def writer_gone(writer: Mapping[str, object], written_at: float, now: float | None = None) -> bool:
+    """Whether the process that wrote a journal is no longer running (so its journal is to be finished).
+
+    On this machine: its pid is gone, or belongs to a process started later. On another: the journal is
+    older than ``STALE_COMMIT_S``.
+    """
+    if writer.get("host") != socket.gethostname():
+        return (time.time() if now is None else now) - written_at > STALE_COMMIT_S
+    pid = int(str(writer.get("pid")))
+    if pid == os.getpid():
+        return True  # this process: a journal of one of its writes that failed (the open ones are skipped)
+    start = _process_start(pid)
+    if start is not None or os.path.exists("/proc"):
+        return start is None or start != writer.get("start")
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def apply_steps(fs: LakeFiles, steps: Sequence[Mapping[str, str]]) -> None:
+    """Apply a journal's operations; each may be applied again after a crash part way through it.
+
+    - ``swap``: the staged folder ``new`` replaces ``final`` (the old one is moved aside to ``old``,
+      then deleted); once ``new`` is gone it was moved in, and only ``old`` may be left to delete;
+    - ``empty``: ``final`` is removed (a value that now has no rows);
+    - ``move``: the staged file ``src`` becomes ``dst``;
+    - ``delete``: ``uri`` is removed (a replaced increment file, the staging folder).
+    """
+    for step in steps:
+        op = step["op"]
+        if op == "swap":
+            if fs.exists(step["new"]):
+                if fs.exists(step["final"]):
+                    fs.rename(step["final"], step["old"])
+                fs.rename(step["new"], step["final"])
+            fs.delete(step["old"])
+        elif op == "empty":
+            if fs.exists(step["final"]):
+                fs.rename(step["final"], step["old"])
+            fs.delete(step["old"])
+        elif op == "move":
+            if fs.exists(step["src"]):
+                fs.rename(step["src"], step["dst"])
+        elif op == "delete":
+            fs.delete(step["uri"])
+        else:
+            raise ValueError(f"unknown lake journal operation {op!r}")
+
 
 class LakeResource(ConfigurableResource):
     """Parquet datasets under ``root``, one folder per asset, hourly ``dt=`` partitions."""
@@ -199,6 +285,50 @@ class LakeResource(ConfigurableResource):
     def partition_uri(self, dataset: str, partition_key: str) -> str:
         return f"{self.dataset_uri(dataset)}/{PARTITION_COLUMN}={key_to_dt(partition_key)}"
 
+    # ---- the commit journal -----------------------------------------------------------------------
+
+    def _commits_uri(self, dataset: str) -> str:
+        self.dataset_uri(dataset)  # validates the name
+        return f"{self.root_uri}/{STAGING}/{COMMITS}/{dataset}"
+
+    def _commit(self, dataset: str, steps: list[dict[str, str]]) -> None:
+        """Record ``steps`` in a journal, apply them, remove the journal (see the module's docstring)."""
+        fs = self.files()
+        uri = f"{self._commits_uri(dataset)}/{uuid.uuid4().hex}.json"
+        with _OPEN_LOCK:
+            _OPEN_COMMITS.add(uri)
+        try:
+            fs.write_text(uri, json.dumps({"writer": _this_writer(), "at": time.time(), "steps": steps}))
+            apply_steps(fs, steps)
+            fs.delete(uri)
+        finally:
+            with _OPEN_LOCK:
+                _OPEN_COMMITS.discard(uri)
+
+    def recover(self, dataset: str) -> int:
+        """Finish the writes of ``dataset`` that a killed process left part way; how many were finished.
+
+        Every read and write of the dataset calls this first; a journal whose process still runs (a
+        write in progress in another run) is left to it.
+        """
+        fs = self.files()
+        folder = self._commits_uri(dataset)
+        finished = 0
+        for name in fs.list_names(folder):
+            uri = f"{folder}/{name}"
+            if not name.endswith(".json") or uri in _OPEN_COMMITS:
+                continue
+            text = fs.read_text(uri)
+            if text is None:  # finished meanwhile by its own process
+                continue
+            journal = json.loads(text)
+            if not writer_gone(journal["writer"], float(journal["at"])):
+                continue
+            apply_steps(fs, journal["steps"])
+            fs.delete(uri)
+            finished += 1
+        return finished
+
     def read(
         self,
         spark: SparkSession,
@@ -213,6 +343,7 @@ class LakeResource(ConfigurableResource):
         full_schema = _with_partition_column(schema)
         fs = self.files()
         uri = self.dataset_uri(dataset)
+        self.recover(dataset)
         # Name the hour folders wanted rather than filter the dataset: Spark lists every file under
         # the paths it is given, and a run of one hour should not list the whole history.
         if partition_keys is None:
@@ -263,11 +394,13 @@ class LakeResource(ConfigurableResource):
 
     def whole_hour_files(self, dataset: str, partition_key: str) -> list[str]:
         """The Parquet files of an hour that no increment wrote (a whole-hour write's)."""
+        self.recover(dataset)
         names = self.files().list_names(self.partition_uri(dataset, partition_key))
         return [n for n in names if n.endswith(".parquet") and not n.startswith(("inc-", "_", "."))]
 
     def delete_increment(self, dataset: str, partition_key: str, increment_id: str) -> None:
         """Remove an increment's files from an hour (before it is written again)."""
+        self.recover(dataset)
         for uri in self._increment_files(dataset, partition_key, increment_id):
             self.files().delete(uri)
 
@@ -283,21 +416,27 @@ class LakeResource(ConfigurableResource):
         """Add ``df`` (rows of one hour, with a ``dt`` column) to that hour as the increment's files.
 
         Files the increment wrote before are removed first, so writing an increment again replaces
-        exactly its rows and leaves the hour's other rows alone. The rows are staged, then each file
-        is moved in as ``inc-<id>-<n>.parquet``; a whole-hour write (``replace_partitions``) replaces
+        exactly its rows and leaves the hour's other rows alone. The rows are staged, then (one journal)
+        the old files are removed and each new one is moved in as ``inc-<id>-<write>-<n>.parquet``; a
+        whole-hour write (``replace_partitions``) replaces
         the hour's increments along with the rest.
         """
         fs = self.files()
         dt = key_to_dt(partition_key)
-        self.delete_increment(dataset, partition_key, increment_id)
+        self.recover(dataset)
         staging = self._stage(df, dataset, PARTITION_COLUMN, [dt], no_dictionary)
         staged = f"{staging}/{PARTITION_COLUMN}={dt}"
-        prefix = self._increment_prefix(increment_id)
+        # New names differ from the files they replace, so the journal can be applied again.
+        prefix = f"{self._increment_prefix(increment_id)}{uuid.uuid4().hex[:8]}-"
         final = self.partition_uri(dataset, partition_key)
         names = [n for n in fs.list_names(staged) if n.endswith(".parquet") and not n.startswith(("_", "."))]
-        for i, name in enumerate(names):
-            fs.rename(f"{staged}/{name}", f"{final}/{prefix}{i:05d}.parquet")
-        fs.delete(staging)
+        steps = [{"op": "delete", "uri": uri} for uri in self._increment_files(dataset, partition_key, increment_id)]
+        steps += [
+            {"op": "move", "src": f"{staged}/{name}", "dst": f"{final}/{prefix}{i:05d}.parquet"}
+            for i, name in enumerate(names)
+        ]
+        steps.append({"op": "delete", "uri": staging})
+        self._commit(dataset, steps)
 
     def _stage(
         self, df: DataFrame, dataset: str, column: str, wanted: Sequence[str], no_dictionary: Sequence[str]
@@ -321,6 +460,7 @@ class LakeResource(ConfigurableResource):
     ) -> DataFrame:
         """The rows an increment added to an hour (empty when it added none), with a ``dt`` column."""
         full_schema = _with_partition_column(schema)
+        self.recover(dataset)
         paths = self._increment_files(dataset, partition_key, increment_id)
         if not paths:
             return spark.createDataFrame([], full_schema)
@@ -328,6 +468,7 @@ class LakeResource(ConfigurableResource):
 
     def read_hour_file(self, dataset: str, partition_key: str, name: str) -> str | None:
         """A small ``_``-file kept in an hour's folder (see ``replace_partitions``), or None."""
+        self.recover(dataset)
         return self.files().read_text(f"{self.partition_uri(dataset, partition_key)}/{name}")
 
     def write_hour_file(self, dataset: str, partition_key: str, name: str, text: str) -> None:
@@ -357,6 +498,7 @@ class LakeResource(ConfigurableResource):
         """
         fs = self.files()
         base = self.folder_uri(dataset, subfolder)
+        self.recover(dataset)
         if values is None:
             paths = [base] if fs.exists(base) else []
         else:
@@ -387,21 +529,23 @@ class LakeResource(ConfigurableResource):
         wanted = sorted({str(v) for v in values})
         if not wanted:
             return
+        self.recover(dataset)
         staging = self._stage(df, dataset, column, wanted, no_dictionary)
         for value, named in (folder_files or {}).items():
             if str(value) not in wanted:
+                fs.delete(staging)
                 raise ValueError(f"files for {column}={value} were given to write {dataset} {column} {wanted}")
             for name, text in named.items():
                 _check_side_file_name(name)
                 fs.write_text(f"{staging}/{column}={value}/{name}", text)
         target = self.folder_uri(dataset, subfolder)
+        staged = set(fs.list_partition_values(staging, column))
+        steps: list[dict[str, str]] = []
         for value in wanted:
-            new = f"{staging}/{column}={value}"
-            final = f"{target}/{column}={value}"
-            old = f"{staging}-old-{value}"
-            if fs.exists(final):
-                fs.rename(final, old)
-            if fs.exists(new):
-                fs.rename(new, final)
-            fs.delete(old)
-        fs.delete(staging)
+            final, old = f"{target}/{column}={value}", f"{staging}-old-{value}"
+            if value in staged:
+                steps.append({"op": "swap", "new": f"{staging}/{column}={value}", "final": final, "old": old})
+            else:
+                steps.append({"op": "empty", "final": final, "old": old})
+        steps.append({"op": "delete", "uri": staging})
+        self._commit(dataset, steps)

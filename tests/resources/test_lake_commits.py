@@ -1,0 +1,255 @@
+"""The lake's commit journal: a write killed after any of its file operations is finished by the next
+access to the dataset, so the dataset reads as if the write had not been interrupted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from resources.lake import COMMITS, STAGING, STALE_COMMIT_S, LakeFiles, LakeResource, apply_steps, writer_gone
+
+REPO = Path(__file__).resolve().parents[2]
+HOUR = "2026-03-01-10:00"
+
+
+class Killed(BaseException):
+    """The process dies here: nothing after it runs (no handler catches a BaseException here)."""
+
+
+class DyingFiles(LakeFiles):
+    """Lake file operations that die at the ``die_at``-th rename or delete (1-based)."""
+
+    def __init__(self, die_at: int) -> None:
+        super().__init__()
+        self.die_at = die_at
+        self.calls = 0
+
+    def _tick(self) -> None:
+        self.calls += 1
+        if self.calls == self.die_at:
+            raise Killed
+
+    def rename(self, src: str, dst: str) -> None:
+        self._tick()
+        super().rename(src, dst)
+
+    def delete(self, uri: str) -> None:
+        self._tick()
+        super().delete(uri)
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): p.read_text()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and STAGING not in p.parts
+    }
+
+
+def _layout(root: Path) -> list[dict[str, str]]:
+    """A dataset with folders a=1, b=1, c=1 and staged new a and b (c now has no rows), an increment
+    folder with an old file replaced by two staged ones."""
+    for name, text in (("ds/v=a/f", "old a"), ("ds/v=b/f", "old b"), ("ds/v=c/f", "old c"), ("inc/x-1", "old inc")):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    st = root / STAGING / "ds" / "s1"
+    for name, text in (("v=a/g", "new a"), ("v=b/g", "new b"), ("i/1", "inc 1"), ("i/2", "inc 2")):
+        (st / name).parent.mkdir(parents=True, exist_ok=True)
+        (st / name).write_text(text)
+    return [
+        {"op": "swap", "new": f"{st}/v=a", "final": f"{root}/ds/v=a", "old": f"{st}-old-a"},
+        {"op": "swap", "new": f"{st}/v=b", "final": f"{root}/ds/v=b", "old": f"{st}-old-b"},
+        {"op": "empty", "final": f"{root}/ds/v=c", "old": f"{st}-old-c"},
+        {"op": "delete", "uri": f"{root}/inc/x-1"},
+        {"op": "move", "src": f"{st}/i/1", "dst": f"{root}/inc/y-1"},
+        {"op": "move", "src": f"{st}/i/2", "dst": f"{root}/inc/y-2"},
+        {"op": "delete", "uri": str(st)},
+    ]
+
+
+EXPECTED = {"ds/v=a/g": "new a", "ds/v=b/g": "new b", "inc/y-1": "inc 1", "inc/y-2": "inc 2"}
+
+
+def test_journal_steps_applied_whole_give_the_new_layout(tmp_path: Path) -> None:
+    steps = _layout(tmp_path)
+    apply_steps(LakeFiles(), steps)
+    assert _tree(tmp_path) == EXPECTED
+    assert not (tmp_path / STAGING / "ds").exists() or not any((tmp_path / STAGING / "ds").iterdir())
+
+
+def test_journal_steps_cut_after_any_operation_then_applied_again_give_the_same_layout(tmp_path: Path) -> None:
+    counting = DyingFiles(die_at=0)
+    apply_steps(counting, _layout(tmp_path / "count"))
+    total = counting.calls
+    assert total >= 10
+    for k in range(1, total + 1):
+        root = tmp_path / f"cut{k}"
+        steps = _layout(root)
+        with pytest.raises(Killed):
+            apply_steps(DyingFiles(die_at=k), steps)
+        apply_steps(LakeFiles(), steps)  # the recovery
+        assert _tree(root) == EXPECTED, f"cut at operation {k}"
+        assert not any((root / STAGING / "ds").iterdir()), f"staging left after a cut at operation {k}"
+        apply_steps(LakeFiles(), steps)  # and once more: nothing changes
+        assert _tree(root) == EXPECTED, f"applied twice after a cut at operation {k}"
+
+
+def test_a_journal_is_finished_only_when_its_writer_is_gone() -> None:
+    me = socket.gethostname()
+    now = time.time()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert writer_gone({"host": me, "pid": gone.pid, "start": "1"}, now)
+    parent = os.getppid()
+    start = Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    assert not writer_gone({"host": me, "pid": parent, "start": start}, now)  # running
+    assert writer_gone({"host": me, "pid": parent, "start": str(int(start) + 1)}, now)  # its pid, reused
+    # Another machine: finished only once stale.
+    assert not writer_gone({"host": me + "-elsewhere", "pid": 1, "start": "1"}, now - 5, now)
+    assert writer_gone({"host": me + "-elsewhere", "pid": 1, "start": "1"}, now - STALE_COMMIT_S - 1, now)
+
+
+# -- the lake's writes, killed in process at every file operation -----------------------------------
+
+
+def _bucket_rows(spark: SparkSession, lake: LakeResource) -> list[tuple]:
+    df = lake.read_folders(spark, "state", "bucket", None, subfolder="pg")
+    return sorted(tuple(r) for r in df.select("k", "v", "bucket").collect()) if df is not None else []
+
+
+def _write_buckets(spark: SparkSession, lake: LakeResource, version: int) -> None:
+    rows = [(f"k{i}", version, i % 3) for i in range(6) if not (version == 2 and i % 3 == 2)]
+    df = spark.createDataFrame(rows, "k string, v int, bucket int")
+    lake.replace_folders(df, "state", "bucket", [0, 1, 2], subfolder="pg")
+
+
+@pytest.mark.spark
+def test_replace_folders_killed_at_any_file_operation_reads_as_finished(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Buckets 0..2 rewritten (bucket 2 now empty): whichever operation the kill follows, the next
+    read finishes the write; the folders are never found missing."""
+    reference = LakeResource(root=str(tmp_path / "ref"))
+    _write_buckets(spark, reference, 1)
+    _write_buckets(spark, reference, 2)
+    expected = _bucket_rows(spark, reference)
+    assert expected and {b for _, _, b in expected} == {0, 1}
+    k = 1
+    while True:
+        lake = LakeResource(root=str(tmp_path / f"cut{k}"))
+        _write_buckets(spark, lake, 1)
+        dying = DyingFiles(die_at=k)
+        monkeypatch.setattr(LakeResource, "files", lambda self, f=dying: f)
+        try:
+            _write_buckets(spark, lake, 2)
+        except Killed:
+            monkeypatch.undo()
+            assert _bucket_rows(spark, lake) == expected, f"killed at file operation {k}"
+            assert not list((tmp_path / f"cut{k}" / STAGING / COMMITS).rglob("*.json"))
+            k += 1
+            continue
+        monkeypatch.undo()
+        break
+    assert k > 4  # the write has at least the swaps of three buckets and the staging removal
+
+
+@pytest.mark.spark
+def test_append_increment_killed_at_any_file_operation_reads_as_finished(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An increment written again (its old files replaced) and killed part way: the next read of the
+    hour holds its new rows once, and the other increment's rows untouched."""
+
+    def write(lake: LakeResource, inc: str, values: range) -> None:
+        df = spark.createDataFrame([(v, "2026-03-01-10") for v in values], "v int, dt string").repartition(2)
+        lake.append_increment(df, "events", HOUR, inc)
+
+    def rows(lake: LakeResource) -> list[int]:
+        from pyspark.sql.types import IntegerType, StructField, StructType
+
+        return sorted(
+            r[0] for r in lake.read(spark, "events", StructType([StructField("v", IntegerType())]), [HOUR]).collect()
+        )
+
+    expected = sorted([*range(100, 104), *range(10, 16)])
+    k = 1
+    while True:
+        lake = LakeResource(root=str(tmp_path / f"cut{k}"))
+        write(lake, "aa", range(100, 104))
+        write(lake, "bb", range(0, 5))
+        dying = DyingFiles(die_at=k)
+        monkeypatch.setattr(LakeResource, "files", lambda self, f=dying: f)
+        try:
+            write(lake, "bb", range(10, 16))
+        except Killed:
+            monkeypatch.undo()
+            assert rows(lake) == expected, f"killed at file operation {k}"
+            k += 1
+            continue
+        monkeypatch.undo()
+        assert rows(lake) == expected
+        break
+    assert k > 3
+
+
+# -- a real SIGKILL, another process recovering ------------------------------------------------------
+
+_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    sys.path.insert(0, {repo!r})
+    from pyspark.sql import SparkSession
+    from resources.lake import LakeFiles, LakeResource
+    from tests.resources.test_lake_commits import _write_buckets
+
+    spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+    lake = LakeResource(root={root!r})
+    _write_buckets(spark, lake, 1)
+    calls = [0]
+    real = LakeFiles.rename
+
+    def rename(self, src, dst):
+        real(self, src, dst)
+        calls[0] += 1
+        if calls[0] == {after}:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    LakeFiles.rename = rename
+    _write_buckets(spark, lake, 2)
+    print("not killed")
+    """
+)
+
+
+@pytest.mark.spark
+def test_a_write_sigkilled_between_two_renames_is_finished_by_the_next_process(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The child's swap of bucket 0 is cut after moving the old folder aside (the bucket's folder is
+    then missing): this process's read finds the journal of a dead process and finishes the write."""
+    root = tmp_path / "lake"
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD.format(repo=str(REPO), root=str(root), after=1)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        check=False,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stdout + child.stderr[-3000:]
+    assert not (root / "state" / "pg" / "bucket=0").exists()  # the window the journal covers
+    assert list((root / STAGING / COMMITS / "state").glob("*.json"))
+    reference = LakeResource(root=str(tmp_path / "ref"))
+    _write_buckets(spark, reference, 1)
+    _write_buckets(spark, reference, 2)
+    assert _bucket_rows(spark, LakeResource(root=str(root))) == _bucket_rows(spark, reference)
+    assert not list((root / STAGING / COMMITS / "state").glob("*.json"))
