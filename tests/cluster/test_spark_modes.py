@@ -10,15 +10,19 @@ of its own as a user runs it:
 - ``connect``: ``NGSI_SPARK_REMOTE=sc://...``, a Spark Connect server; the run's process has no JVM.
 
 Every lake dataset (every Parquet folder, every transaction record) and every SQL table the runs write
-must be identical across the three.
+must be identical across the three; and a fourth time, ``connect-killed``: a run through a Spark
+Connect server that is SIGKILLed in the middle of ``versioned_entities`` (its run process is killed
+too if it has not failed by itself), then rerun through a new server, must leave the same tables.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -35,12 +39,17 @@ from ngsi_assets.ingest.loader import load_paths
 from ngsi_assets.ngsi.envelope import MessageIdFactory
 from ngsi_assets.ngsi.payloads import IngestSettings
 from tests.support.servers import fresh_postgres_database
-from tests.support.spark_servers import StandaloneCluster, connect_url, standalone_cluster  # noqa: F401 (fixtures)
+from tests.support.spark_servers import (  # noqa: F401 (fixtures)
+    StandaloneCluster,
+    connect_url,
+    standalone_cluster,
+    start_connect_server,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 REPO = Path(__file__).resolve().parents[2]
-MODES = ("local", "standalone", "connect")
+MODES = ("local", "standalone", "connect", "connect-killed")
 RUN_TIMEOUT_S = 1200
 Snapshot = dict[str, list[str]]
 
@@ -130,23 +139,61 @@ def mysql_snapshot_and_drop(url: str, databases: set[str]) -> Snapshot:
     return out
 
 
-def run_main_job(env: dict[str, str], work: Path) -> dict[str, Any]:
-    outcome = work / "outcome.json"
-    log = work / "run.log"
+def _start_main_job(env: dict[str, str], work: Path, name: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    outcome, log = work / f"{name}.json", work / f"{name}.log"
     with log.open("wb") as out:
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "tests.cluster.run_main_job", str(outcome)],
             cwd=REPO,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            timeout=RUN_TIMEOUT_S,
-            check=False,
         )
+    return proc, outcome, log
+
+
+def run_main_job(env: dict[str, str], work: Path, name: str = "run") -> dict[str, Any]:
+    proc, outcome, log = _start_main_job(env, work, name)
+    try:
+        code = proc.wait(timeout=RUN_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
-    assert proc.returncode == 0, f"the main job failed (exit {proc.returncode}); its log ends:\n{tail}"
+    assert code == 0, f"the main job failed (exit {code}); its log ends:\n{tail}"
     return json.loads(outcome.read_text())
+
+
+def run_through_a_killed_server(env: dict[str, str], work: Path) -> dict[str, Any]:
+    """Start the main job through a Connect server of its own, SIGKILL that server (every process of
+    its group) once ``versioned_entities`` has written its first folder, make sure the run is dead,
+    then rerun the job through a new server on the same lake and SQL databases."""
+    server = start_connect_server()
+    try:
+        env = {**env, "NGSI_SPARK_REMOTE": f"sc://127.0.0.1:{server.port}"}
+        proc, _, log = _start_main_job(env, work, "killed")
+        marker = work / "lake" / "versioned_entities"
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert marker.exists() and proc.poll() is None, (
+            "the run ended before versioned_entities wrote:\n" + (log.read_text(errors="replace")[-3000:])
+        )
+        os.killpg(server.process.pid, signal.SIGKILL)
+        try:
+            code = proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # the client still waits on the dead server: the machine goes down with it
+            code = proc.wait()
+        assert code != 0, "the run through a killed server reported success"
+    finally:
+        server.stop()
+    server = start_connect_server()
+    try:
+        return run_main_job({**env, "NGSI_SPARK_REMOTE": f"sc://127.0.0.1:{server.port}"}, work, "rerun")
+    finally:
+        server.stop()
 
 
 def history_cli(env: dict[str, str], lake: Path, *args: str) -> str:
@@ -182,6 +229,7 @@ def test_main_job_gives_identical_tables_on_local_standalone_and_connect(
             "SPARK_LOCAL_IP": "127.0.0.1",  # the driver's own ports, on loopback like the cluster
         },
         "connect": {"NGSI_SPARK_REMOTE": connect_url},
+        "connect-killed": {},  # a server of its own, killed in the run (run_through_a_killed_server)
     }
     snapshots: dict[str, Snapshot] = {}
     envs: dict[str, dict[str, str]] = {}
@@ -216,9 +264,14 @@ def test_main_job_gives_identical_tables_on_local_standalone_and_connect(
                 }
             )
             envs[mode] = env
-            outcome = run_main_job(env, work)
+            outcome = run_through_a_killed_server(env, work) if mode == "connect-killed" else run_main_job(env, work)
             assert outcome["success"] and not outcome["failed_checks"], outcome
-            expected_session = {"local": "local[2]", "standalone": standalone_cluster.master_url, "connect": "connect"}
+            expected_session = {
+                "local": "local[2]",
+                "standalone": standalone_cluster.master_url,
+                "connect": "connect",
+                "connect-killed": "connect",
+            }
             assert outcome["session"] == expected_session[mode]
             snapshot = lake_snapshot(work / "lake", outcome["run_id"])
             snapshot.update(postgres_snapshot(pg_url, outcome["run_id"]))
