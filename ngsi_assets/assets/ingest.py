@@ -77,18 +77,25 @@ def _store_hours(
     """
     ranges = landing.complete_ranges(keys)
     lines = landing.read_ranges(session, ranges)
-    first_dt = min(key_to_dt(k) for k in keys)
-    earlier = lake.read(session, "message_store", MESSAGE_STORE).where(F.col(PARTITION_COLUMN) < first_dt)
+    line_count, has_guids = _count_lines(lines)
+    # Guids are deduplicated against every earlier hour; hours whose lines carry none (most
+    # notifications) skip that read, so their cost does not grow with the history's age.
+    if has_guids:
+        first_dt = min(key_to_dt(k) for k in keys)
+        earlier = lake.read(session, "message_store", MESSAGE_STORE).where(F.col(PARTITION_COLUMN) < first_dt)
+        earlier_guids = earlier.where(F.col("guid").isNotNull()).select("guid")
+    else:
+        earlier_guids = session.createDataFrame([], "guid string")
     positions = {k: {n: [(0, r[1])] for n, r in ranges.items() if segment_hour(n) == k} for k in keys}
     lake.replace_partitions(
-        build_message_store(lines, earlier.select("guid")),
+        build_message_store(lines, earlier_guids),
         "message_store",
         keys,
         no_dictionary=["data"],
         hour_files={k: {POSITIONS_FILE: positions_text(p)} for k, p in positions.items()},
     )
     stored = lake.read(session, "message_store", MESSAGE_STORE, keys)
-    return stored, lines.count(), landing.torn_tails(keys), True
+    return stored, line_count, landing.torn_tails(keys), has_guids
 
 
 def _store_increment(

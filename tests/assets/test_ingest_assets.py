@@ -302,3 +302,33 @@ def test_hours_materialized_out_of_order_fail_the_guid_check(
     assert _check(landing, lake, H11)["guids_processed_once"] is True
     store = LakeResource(root=str(lake)).read(spark, "message_store", MESSAGE_STORE).where("guid = 'g-1'")
     assert sorted((r["message_identifier"], r["status"]) for r in store.collect()) == [("m05", 0), ("m06", 5)]
+
+
+def test_a_whole_hour_without_guids_does_not_read_earlier_hours(
+    spark: SparkSession, landing_and_lake: tuple[Path, Path]
+) -> None:
+    """Guids are checked against every earlier hour only when the run's lines carry one: an earlier hour
+    made unreadable stops a run with guids, not one without (its cost does not grow with history)."""
+    landing, lake = landing_and_lake
+    _run(landing, lake, H10)
+    h12, h13 = T10 + 2 * 3_600_000, T10 + 3 * 3_600_000
+    with LandingWriter(landing) as writer:
+        writer.append_many_blocking(
+            [
+                _env("m20", h12, "ngsi-v2", "normalized", "vehicles", "/4wheels", CAR),
+                _env("m30", h13, "message", "datahub", "default", "/", PRODUCT, guid="g-3"),
+            ]
+        )
+    (lake / "message_store" / "dt=2026-03-01-10" / "part-damaged.parquet").write_bytes(b"not parquet")
+
+    def materialize_store(key: str) -> bool:
+        return materialize(
+            [message_store],
+            partition_key=key,
+            resources=_resources(landing, lake),
+            instance=DagsterInstance.ephemeral(),
+            raise_on_error=False,
+        ).success
+
+    assert materialize_store("2026-03-01-12:00")
+    assert not materialize_store("2026-03-01-13:00")
