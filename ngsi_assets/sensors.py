@@ -24,6 +24,7 @@ from dagster import (
     define_asset_job,
     sensor,
 )
+from dagster._core.storage.tags import MAX_RUNTIME_SECONDS_TAG
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ngsi_assets.assets.ingest import message_store
@@ -78,6 +79,11 @@ class ContinuousSettings(BaseModel):
 
     derived_interval_s: float = Field(300.0, gt=0, alias="NGSI_DERIVED_INTERVAL_S")
     hour_grace_s: float = Field(120.0, ge=0, alias="NGSI_HOUR_GRACE_S")
+    # A run whose process died (killed, machine lost) stays "started" and would hold its lane for
+    # ever: Dagster's run monitoring (dagster.yaml) cancels a run older than this, and a canceled
+    # increment gets its whole-hour repair. Well above what a run takes.
+    increment_max_runtime_s: float = Field(900.0, gt=0, alias="NGSI_INCREMENT_MAX_RUNTIME_S")
+    hour_max_runtime_s: float = Field(3600.0, gt=0, alias="NGSI_HOUR_MAX_RUNTIME_S")
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> "ContinuousSettings":
@@ -168,6 +174,11 @@ def _hour_end(key: str) -> datetime:
 def _positions_digest(positions: Mapping[str, int], hour: str) -> str:
     mine = sorted((n, p) for n, p in positions.items() if segment_hour(n) == hour)
     return f"{len(mine)}:{sum(p for _, p in mine)}"
+
+
+def max_runtime_s(job_name: str, settings: ContinuousSettings) -> float:
+    """How long a sensor run of ``job_name`` may take before run monitoring cancels it."""
+    return settings.increment_max_runtime_s if job_name == increment_job.name else settings.hour_max_runtime_s
 
 
 def whole_hour_request(hour: str, run_key: str, **tags: str) -> LandingRequest:
@@ -296,12 +307,16 @@ def landing_sensor(context: SensorEvaluationContext, landing: LandingZoneResourc
     # Only hours the cursor still tracks are read for new ranges: older ones are sealed.
     recent = [s for s in segments if cursor.sealed_before is None or s.partition_key >= cursor.sealed_before]
     pending = landing.complete_ranges(recent, cursor.positions)
-    requests, new_cursor = plan_landing_runs(
-        segments, pending, cursor, utc_now(), open_runs, ContinuousSettings.from_env(os.environ)
-    )
+    settings = ContinuousSettings.from_env(os.environ)
+    requests, new_cursor = plan_landing_runs(segments, pending, cursor, utc_now(), open_runs, settings)
     requests += repair_requests(context.instance)
     for req in requests:
-        yield RunRequest(run_key=req.run_key, job_name=req.job_name, partition_key=req.partition_key, tags=req.tags)
+        yield RunRequest(
+            run_key=req.run_key,
+            job_name=req.job_name,
+            partition_key=req.partition_key,
+            tags={**req.tags, MAX_RUNTIME_SECONDS_TAG: str(int(max_runtime_s(req.job_name, settings)))},
+        )
     if new_cursor != cursor:
         context.update_cursor(new_cursor.to_json())
     if not requests:

@@ -4,9 +4,11 @@ bounded queue, derived runs per hour, sealed hours, and repairs of failed increm
 from __future__ import annotations
 
 import json
+import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
@@ -338,3 +340,61 @@ def test_last_data_is_written_first_once_the_events_are_in() -> None:
         order = _step_order(job)
         assert order[:3] == ["message_store", "ngsi_events", "last_data"], (job, order)
         assert set(order[3:]) >= {"historic_tables", "mongo_raw"}, (job, order)
+
+
+def test_a_run_whose_process_died_is_canceled_and_its_increment_repaired(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A killed increment run stays "started" and would hold the ingest lane for ever: the sensor's runs
+    carry a max runtime, Dagster's run monitoring (on in the shipped dagster.yaml) cancels the run past
+    it, and the canceled increment gets its whole-hour repair."""
+    import shutil
+    import time
+
+    import yaml
+    from dagster._core.storage.tags import MAX_RUNTIME_SECONDS_TAG
+    from dagster._daemon.monitoring.run_monitoring import check_run_timeout, monitor_canceling_run
+
+    repo = Path(__file__).resolve().parents[1]
+    shipped = yaml.safe_load((repo / "dagster.yaml").read_text())
+    assert shipped["run_monitoring"]["enabled"] is True
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(repo / "dagster.yaml", home / "dagster.yaml")
+    instance = DagsterInstance.from_config(str(home))
+    assert instance.run_monitoring_enabled
+
+    t = Ticks(tmp_path / "landing")
+    t.instance = instance
+    with LandingWriter(tmp_path / "landing") as w:
+        _write(w, 0, 3, 0)
+    (request,) = t.runs()
+    assert float(request.tags[MAX_RUNTIME_SECONDS_TAG]) == ContinuousSettings().increment_max_runtime_s
+    # The run starts, then its process is killed: nothing ever reports its end.
+    short = {**request.tags, MAX_RUNTIME_SECONDS_TAG: "1"}
+    run = t.put(
+        RunRequest(run_key=request.run_key, job_name=request.job_name, partition_key=request.partition_key, tags=short),
+        DagsterRunStatus.NOT_STARTED,
+    )
+    from dagster._core.events import DagsterEvent, DagsterEventType
+
+    instance.report_dagster_event(
+        DagsterEvent(DagsterEventType.RUN_START.value, job_name=run.job_name), run_id=run.run_id
+    )
+    assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.STARTED
+    assert t.runs() == []  # the lane is held
+    time.sleep(1.5)
+    log = logging.getLogger("test")
+    check_run_timeout(instance, instance.get_run_record_by_id(run.run_id), log, 0.0)
+    assert instance.get_run_by_id(run.run_id).status in (DagsterRunStatus.CANCELING, DagsterRunStatus.FAILURE)
+    if instance.get_run_by_id(run.run_id).status == DagsterRunStatus.CANCELING:
+        # Nobody acknowledges the cancel (the process is gone): past the cancel timeout it is canceled.
+        # (the shipped cancel timeout, shortened for the test)
+        assert instance.run_monitoring_cancel_timeout_seconds == shipped["run_monitoring"]["cancel_timeout_seconds"]
+        monkeypatch.setattr(type(instance), "run_monitoring_cancel_timeout_seconds", property(lambda _self: 0.5))
+        time.sleep(1)
+        monitor_canceling_run(instance, instance.get_run_record_by_id(run.run_id), log)
+    assert instance.get_run_by_id(run.run_id).status in (DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE)
+    repairs = [r for r in t.tick() if isinstance(r, RunRequest) and r.job_name == "ngsi_ingest_job"]
+    assert [r.run_key for r in repairs] == [f"repair:{run.run_id}"]
+    assert float(repairs[0].tags[MAX_RUNTIME_SECONDS_TAG]) == ContinuousSettings().hour_max_runtime_s
