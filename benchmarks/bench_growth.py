@@ -72,20 +72,11 @@ def land(root: Path, hour_ms: int, cars: range, per_car: int, first_seq: int = 0
         writer.append_many_blocking(envelopes())
 
 
-def new_bytes(root: Path, hour_ms: int, seen: dict[str, int]) -> dict[str, list[int]]:
-    """The ranges of the hour's segments past ``seen`` (each ends at a line boundary: the writer closed)."""
-    out: dict[str, list[int]] = {}
-    folder = root / f"dt={time.strftime('%Y-%m-%d-%H', time.gmtime(hour_ms / 1000))}"
-    for seg in sorted(folder.iterdir()):
-        name = f"{folder.name}/{seg.name}"
-        size = seg.stat().st_size
-        if size > seen.get(name, 0):
-            out[name] = [seen.get(name, 0), size]
-    return out
+def landed_after(root: Path, hour_ms: int, seen: dict[str, int]) -> dict[str, list[int]]:
+    """The ranges of the hour's segments past ``seen`` ({segment: offset}), as the landing sensor reads them."""
+    from resources.landing import LandingZoneResource
 
-
-def segment_sizes(root: Path, hour_ms: int) -> dict[str, int]:
-    return {name: end for name, (_, end) in new_bytes(root, hour_ms, {}).items()}
+    return LandingZoneResource(root=str(root)).complete_ranges([hour_key(hour_ms)], seen)
 
 
 def run_job(env: dict[str, str], job: str, first: str, last: str | None = None, increment: Any = None) -> dict:
@@ -104,26 +95,15 @@ def run_job(env: dict[str, str], job: str, first: str, last: str | None = None, 
 
 def child(job: str, first: str, last: str, increment: str | None) -> int:
     """Run ``job`` over ``first``..``last`` in this process, print its id and seconds as JSON."""
-    from dagster import DagsterInstance
-    from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
-
     from ngsi_assets.definitions import defs
     from ngsi_assets.increments import INCREMENT_TAG, Increment
+    from ngsi_assets.materialize import run_ingest
 
-    tags = {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last}
-    if increment:
-        tags[INCREMENT_TAG] = Increment.of(json.loads(increment)).to_tag()
-    started = time.monotonic()
-    result = defs.resolve_job_def(job).execute_in_process(
-        instance=DagsterInstance.get(),
-        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
-        tags=tags,
-        raise_on_error=False,
-    )
-    seconds = time.monotonic() - started
-    failed = [c.check_name for c in result.get_asset_check_evaluations() if not c.passed]
-    print(json.dumps({"run_id": result.run_id, "seconds": seconds, "success": result.success, "failed": failed}))
-    return 0 if result.success and not failed else 1
+    tags = {INCREMENT_TAG: Increment.of(json.loads(increment)).to_tag()} if increment else None
+    outcome = run_ingest(defs, first, last, job_name=job, tags=tags)
+    print(json.dumps({"run_id": outcome.run_id, "seconds": outcome.seconds, "success": outcome.success,
+                      "failed": list(outcome.failed_checks)}))  # fmt: skip
+    return 0 if outcome.success and not outcome.failed_checks else 1
 
 
 class Lab:
@@ -145,10 +125,10 @@ class Lab:
 
 def incremental_path(env: dict[str, str], landing: Path, hour_ms: int, keys: int, per_key: int) -> dict[str, dict]:
     """Land 1% new keys into an hour already materialized; run its increment, then its derived run."""
-    seen = segment_sizes(landing, hour_ms)
+    seen = {name: end for name, (_, end) in landed_after(landing, hour_ms, {}).items()}
     new = max(1, keys // 100)
     land(landing, hour_ms, range(keys, keys + new), per_key)
-    ranges = new_bytes(landing, hour_ms, seen)
+    ranges = landed_after(landing, hour_ms, seen)
     key = hour_key(hour_ms)
     inc = run_job(env, "ngsi_increment_job", key, increment=ranges)
     derived = run_job(env, "ngsi_derived_job", key)

@@ -38,16 +38,19 @@ def run_ingest(
     instance: Any = None,  # noqa: ANN401 (DagsterInstance)
     *,
     log_level: str = "WARNING",
+    job_name: str = INGEST_JOB,
+    tags: dict[str, str] | None = None,
 ) -> RunOutcome:
-    """Run ``ngsi_ingest_job`` over every hour from ``first`` to ``last`` (one run) and report it."""
+    """Run ``job_name`` (default ``ngsi_ingest_job``) over every hour from ``first`` to ``last`` (one
+    run, with ``tags`` added) and report it."""
     from dagster import DagsterInstance
     from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
     started = time.monotonic()
-    result = defs.resolve_job_def(INGEST_JOB).execute_in_process(
+    result = defs.resolve_job_def(job_name).execute_in_process(
         instance=instance or DagsterInstance.get(),
         run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-        tags={ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last},
+        tags={ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last, **(tags or {})},
         raise_on_error=False,
     )
     failed = tuple(

@@ -220,15 +220,15 @@ def writer_gone(writer: Mapping[str, object], written_at: float, now: float | No
     pid = int(str(writer.get("pid")))
     if pid == os.getpid():
         return True  # this process: a journal of one of its writes that failed (the open ones are skipped)
-    start = _process_start(pid)
-    if start is not None or os.path.exists("/proc"):
+    if os.path.exists("/proc"):
+        start = _process_start(pid)
         return start is None or start != writer.get("start")
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # no /proc: the pid alone (a reused pid reads as alive)
     except ProcessLookupError:
         return True
     except PermissionError:
-        return False
+        pass
     return False
 
 
