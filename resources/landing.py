@@ -4,60 +4,18 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from dagster import ConfigurableResource
 from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from ngsi_assets.ingest.landing import SegmentInfo, complete_prefix, iter_range_lines, list_segments
-
-# A landing range is read in pieces of this many bytes (one Spark task each).
-RANGE_PIECE_BYTES = 32 * 1024 * 1024
-RANGE_SOURCE = "ngsi_landing_ranges"
+from ngsi_assets.ingest.landing import SegmentInfo, complete_prefix, list_segments
+from resources.landing_source import RANGE_SOURCE, LandingRangeSource
 
 # Ranges of landing segments: {"dt=YYYY-MM-DD-HH/<segment>.jsonl": [start, end], ...}, byte offsets.
 Ranges = Mapping[str, Sequence[int]]
-
-
-class LandingRangeSource(DataSource):
-    """Spark data source reading byte ranges of landing segments as lines (one ``value`` column).
-
-    Option ``ranges``: JSON ``[[path, start, end], ...]`` with ``end`` at a line boundary. Each range
-    is read in pieces of ``RANGE_PIECE_BYTES`` on the executors, which must see the landing folder
-    under the same path (as with ``spark.read.text``).
-    """
-
-    @classmethod
-    def name(cls) -> str:
-        return RANGE_SOURCE
-
-    def schema(self) -> str:
-        return "value string"
-
-    def reader(self, schema: object) -> DataSourceReader:
-        return _LandingRangeReader(json.loads(self.options["ranges"]))
-
-
-class _LandingRangeReader(DataSourceReader):
-    def __init__(self, ranges: list[list]) -> None:
-        self.ranges = ranges
-
-    def partitions(self) -> list[InputPartition]:
-        pieces = []
-        for path, start, end in self.ranges:
-            for first in range(start, end, RANGE_PIECE_BYTES):
-                pieces.append(InputPartition((path, start, end, first, min(end, first + RANGE_PIECE_BYTES))))
-        return pieces or [InputPartition(None)]
-
-    def read(self, partition: InputPartition) -> Iterator[tuple[str]]:
-        if partition.value is None:
-            return
-        path, start, end, first, last = partition.value
-        for line in iter_range_lines(path, start, end, first, last):
-            yield (line.decode("utf-8", errors="replace"),)
 
 
 class LandingZoneResource(ConfigurableResource):

@@ -1,0 +1,99 @@
+"""Runs through Spark Connect share one server-side session, and still read what earlier runs wrote.
+
+Each check runs the platform's Spark resource in fresh processes, as Dagster runs do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from resources.spark import SHARED_SESSION_S, shared_session_url
+from tests.support.spark_servers import connect_url  # noqa: F401 (fixture)
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A run's read of a lake folder, then a write into it; prints its session id and what it read.
+RUN = """
+import json, sys
+import pyarrow as pa, pyarrow.parquet as pq
+from resources.spark import spark_resource
+folder, release = sys.argv[1], sys.argv[2] == "release"
+spark = spark_resource().spark_session
+rows = spark.read.parquet(folder).count()
+files = len(list(__import__("pathlib").Path(folder).glob("*.parquet")))
+pq.write_table(pa.table({"a": [1, 2, 3]}), f"{folder}/part-{files}.parquet")
+print(json.dumps({"session": spark.client._session_id, "rows": rows, "files_before": files}))
+if release:
+    spark.stop()
+"""
+
+
+def run(url: str, folder: Path, *, release: bool = False, shared: bool = True) -> dict:
+    env = {**os.environ, "NGSI_SPARK_REMOTE": url, "NGSI_SPARK_SHARED_SESSION": "1" if shared else "0"}
+    env["PYTHONPATH"] = str(REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", RUN, str(folder), "release" if release else "keep"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def folder_with_one_file(path: Path) -> Path:
+    path.mkdir()
+    pq.write_table(pa.table({"a": [1, 2, 3]}), f"{path}/part-0.parquet")
+    return path
+
+
+def test_the_shared_id_follows_the_url_the_settings_and_the_period() -> None:
+    conf = {"spark.sql.session.timeZone": "UTC"}
+    url = shared_session_url("sc://h:15002", conf, now=10 * SHARED_SESSION_S + 5)
+    assert url.startswith("sc://h:15002/;session_id=")
+    assert url == shared_session_url("sc://h:15002", conf, now=11 * SHARED_SESSION_S - 1)
+    assert url != shared_session_url("sc://h:15002", conf, now=11 * SHARED_SESSION_S)
+    assert url != shared_session_url("sc://h:15002", {"spark.sql.session.timeZone": "CET"}, now=10 * SHARED_SESSION_S)
+    assert url != shared_session_url("sc://other:15002", conf, now=10 * SHARED_SESSION_S + 5)
+    with_params = shared_session_url("sc://h:15002/;token=abc", conf, now=0)
+    assert with_params.startswith("sc://h:15002/;token=abc;session_id=")
+    own = "sc://h:15002/;session_id=00000000-0000-0000-0000-000000000001"
+    assert shared_session_url(own, conf) == own
+
+
+@pytest.mark.cluster
+def test_runs_share_a_session_and_read_what_the_previous_run_wrote(connect_url: str, tmp_path: Path) -> None:  # noqa: F811
+    folder = folder_with_one_file(tmp_path / "data")
+    runs = [run(connect_url, folder) for _ in range(3)]
+    assert len({r["session"] for r in runs}) == 1
+    # Identical requests from identical code: without the plan cache off, the second run would be
+    # answered with the first run's file listing and count 3 rows again.
+    assert [r["rows"] for r in runs] == [3 * r["files_before"] for r in runs] == [3, 6, 9]
+
+
+@pytest.mark.cluster
+def test_a_closed_shared_session_gives_the_run_a_session_of_its_own(connect_url: str, tmp_path: Path) -> None:  # noqa: F811
+    folder = folder_with_one_file(tmp_path / "data")
+    first = run(connect_url, folder, release=True)  # a client that stops the session closes it on the server
+    second = run(connect_url, folder)
+    third = run(connect_url, folder)
+    assert second["session"] != first["session"] and third["session"] != second["session"]
+    assert [first["rows"], second["rows"], third["rows"]] == [3, 6, 9]
+
+
+@pytest.mark.cluster
+def test_sharing_can_be_turned_off(connect_url: str, tmp_path: Path) -> None:  # noqa: F811
+    folder = folder_with_one_file(tmp_path / "data")
+    runs = [run(connect_url, folder, shared=False) for _ in range(2)]
+    assert runs[0]["session"] != runs[1]["session"]
+    assert [r["rows"] for r in runs] == [3, 6]
