@@ -256,7 +256,7 @@ def ngsi_events(
         key = inc.hour_of(keys)
         messages = lake.read_increment(session, "message_store", MESSAGE_STORE, key, inc.id)
         lake.append_increment(to_ngsi_events(messages), "ngsi_events", key, inc.id)
-        lake.append_increment(ngsi_event_rejects(messages), "ngsi_event_rejects", key, inc.id)
+        lake.append_increment(ngsi_event_rejects(messages), "ngsi_event_rejects", key, inc.id, if_any=True)
         events = lake.read_increment(session, "ngsi_events", NGSI_EVENTS, key, inc.id)
         rejects = lake.read_increment(session, "ngsi_event_rejects", NGSI_EVENT_REJECTS, key, inc.id)
     null_key = F.col("entityId").isNull() | F.col("attrName").isNull() | F.col("timeIndex").isNull()

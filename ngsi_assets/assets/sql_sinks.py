@@ -5,6 +5,7 @@ import hashlib
 import json
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -141,14 +142,13 @@ def _run_sink(
     session = spark.spark_session
     events, inc = events_of_run(context, lake, session)
     now_ms = int(time.time() * 1000)
-    results = []
-    all_rejects: DataFrame | None = None
-    metadata: dict[str, Any] = {}
-    for dialect, cfg in sorted(enabled.items()):
+
+    def write_dialect(cfg: SqlSinkConfig) -> tuple[SqlSinkConfig, DataFrame, list[dict], DataFrame, dict[str, Any]]:
+        own: dict[str, Any] = {}
         records: DataFrame | None = None
         if sink == LAST_DATA:
             rows, rejects, state_metadata, records = _merge_last_data(session, lake, events, cfg)
-            metadata.update({f"{dialect.value}_{k}": v for k, v in state_metadata.items()})
+            own.update({f"{cfg.dialect.value}_{k}": v for k, v in state_metadata.items()})
         else:
             rows, rejects = sink_rows(events, cfg, sink)
         rows = rows.persist()
@@ -163,25 +163,38 @@ def _run_sink(
         stats = write_dataframe(rows, job, writer_order(cfg, sink))
         if records is not None:
             records.unpersist()
+        own[f"{cfg.dialect.value}_rows_by_table"] = MetadataValue.json(rows_by_table(stats))
+        own[f"{cfg.dialect.value}_rows"] = sum(s["rows"] for s in stats)
+        return cfg, rows, stats, rejects, own
+
+    # The dialects are independent (own state folder, own server): their Spark jobs, mostly small
+    # and latency-bound, run side by side on the one session.
+    with ThreadPoolExecutor(max_workers=len(enabled), thread_name_prefix=f"{sink}-dialect") as pool:
+        done = list(pool.map(write_dialect, [cfg for _, cfg in sorted(enabled.items())]))
+    metadata: dict[str, Any] = {}
+    results = []
+    all_rejects: DataFrame | None = None
+    for cfg, rows, stats, rejects, own in done:
+        metadata.update(own)
         results.append((cfg, rows, stats))
-        metadata[f"{dialect.value}_rows_by_table"] = MetadataValue.json(rows_by_table(stats))
-        metadata[f"{dialect.value}_rows"] = sum(s["rows"] for s in stats)
         all_rejects = rejects if all_rejects is None else all_rejects.unionByName(rejects)
     dataset = f"{sink}_rejects" if sink == LAST_DATA else "historic_table_rejects"
     if all_rejects is None:  # unreachable: enabled is not empty
         raise RuntimeError("no sink was written")
-    if inc is None:
-        lake.replace_partitions(all_rejects.select(*SQL_SINK_REJECTS.fieldNames()), dataset, keys)
-        stored = lake.read(session, dataset, SQL_SINK_REJECTS, keys)
-    else:
-        hour = inc.hour_of(keys)
-        lake.append_increment(all_rejects.select(*SQL_SINK_REJECTS.fieldNames()), dataset, hour, inc.id)
-        stored = lake.read_increment(session, dataset, SQL_SINK_REJECTS, hour, inc.id)
-        metadata["increment"] = inc.id
+    all_rejects = all_rejects.select(*SQL_SINK_REJECTS.fieldNames())
     by_reason = {
         f"{r['dialect']}: {r['reason']}": int(r["count"])
-        for r in stored.groupBy("dialect", "reason").count().limit(50).collect()
+        for r in all_rejects.groupBy("dialect", "reason").count().limit(50).collect()
     }
+    if inc is None:
+        lake.replace_partitions(all_rejects, dataset, keys)
+    else:
+        hour = inc.hour_of(keys)
+        if by_reason:
+            lake.append_increment(all_rejects, dataset, hour, inc.id)
+        else:  # nothing rejected (the usual case): no write, only the files of an earlier attempt go
+            lake.delete_increment(dataset, hour, inc.id)
+        metadata["increment"] = inc.id
     metadata["rejects"] = sum(by_reason.values())
     metadata["rejects_by_reason"] = MetadataValue.json(by_reason)
     metadata["dagster/row_count"] = sum(int(metadata[f"{c.dialect.value}_rows"]) for c, _, _ in results)
