@@ -57,6 +57,9 @@ def driver_config(driver_memory: str | None = None, *, ui: bool | None = None) -
         "spark.driver.memory": driver_memory or os.environ.get("NGSI_SPARK_DRIVER_MEMORY", "4g"),
         "spark.ui.enabled": "true" if (ui if ui is not None else os.environ.get("NGSI_SPARK_UI") == "1") else "false",
         "spark.ui.showConsoleProgress": "false",
+        # Every query shape of the platform compiled once: the default 100 entries were evicted by
+        # the next run (measured: an increment 11.3 -> 9.3 s through a warm Connect server).
+        "spark.sql.codegen.cache.maxEntries": "4000",
         "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
     }
     jars = [j for j in JDBC_JARS if Path(j).exists()]
