@@ -412,12 +412,12 @@ class LakeResource(ConfigurableResource):
         increment_id: str,
         *,
         no_dictionary: Sequence[str] = (),
-        if_any: bool = False,
+        empty: bool = False,
     ) -> None:
         """Add ``df`` (rows of one hour, with a ``dt`` column) to that hour as the increment's files.
 
-        ``if_any``: for outputs usually empty (rejects), look for one row first (a small Spark job)
-        and, finding none, only remove the increment's earlier files rather than write an empty one.
+        ``empty``: the caller knows ``df`` has no rows (outputs usually empty, such as rejects): no
+        empty file is written, only the increment's earlier files are removed.
 
         Files the increment wrote before are removed first, so writing an increment again replaces
         exactly its rows and leaves the hour's other rows alone. The rows are staged, then (one journal)
@@ -425,7 +425,7 @@ class LakeResource(ConfigurableResource):
         whole-hour write (``replace_partitions``) replaces
         the hour's increments along with the rest.
         """
-        if if_any and df.isEmpty():
+        if empty:
             self.delete_increment(dataset, partition_key, increment_id)
             return
         fs = self.files()

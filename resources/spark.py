@@ -184,10 +184,7 @@ class PlatformSparkResource(LazyPySparkResource):
             if failed is not None:
                 with contextlib.suppress(Exception):
                     failed.stop()
-            builder = SparkSession.builder.remote(str(remote))
-            for key, value in conf.items():
-                builder = builder.config(key, value)
-            self._spark_session = builder.create()
+            self._spark_session = spark_session_from_config({"spark.remote": remote, **conf})
 
 
 def spark_resource(**overrides: Any) -> LazyPySparkResource:

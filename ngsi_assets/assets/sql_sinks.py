@@ -190,10 +190,8 @@ def _run_sink(
         lake.replace_partitions(all_rejects, dataset, keys)
     else:
         hour = inc.hour_of(keys)
-        if by_reason:
-            lake.append_increment(all_rejects, dataset, hour, inc.id)
-        else:  # nothing rejected (the usual case): no write, only the files of an earlier attempt go
-            lake.delete_increment(dataset, hour, inc.id)
+        # Nothing rejected (the usual case): no write, only the files of an earlier attempt go.
+        lake.append_increment(all_rejects, dataset, hour, inc.id, empty=not by_reason)
         metadata["increment"] = inc.id
     metadata["rejects"] = sum(by_reason.values())
     metadata["rejects_by_reason"] = MetadataValue.json(by_reason)

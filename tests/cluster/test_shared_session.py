@@ -26,7 +26,6 @@ import json, sys
 import pyarrow as pa, pyarrow.parquet as pq
 from resources.spark import spark_resource
 if sys.argv[3] == "raw":  # a plain pyspark client on the shared session: plan ids from 0
-    from pyspark.sql import SparkSession
     import resources.spark as rs
     rs.unique_plan_ids = lambda: True
 folder, release = sys.argv[1], sys.argv[2] == "release"

@@ -256,7 +256,7 @@ def test_a_write_sigkilled_between_two_renames_is_finished_by_the_next_process(
 
 
 @pytest.mark.spark
-def test_append_increment_if_any_writes_nothing_for_no_rows_and_clears_an_earlier_attempt(
+def test_append_increment_of_no_rows_writes_nothing_for_no_rows_and_clears_an_earlier_attempt(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     lake = LakeResource(root=str(tmp_path))
@@ -265,11 +265,15 @@ def test_append_increment_if_any_writes_nothing_for_no_rows_and_clears_an_earlie
     def increment_files() -> list[str]:
         return sorted(p.name for p in (tmp_path / "rejects" / "dt=2026-03-01-10").glob("inc-*.parquet"))
 
-    lake.append_increment(spark.createDataFrame([(1, "2026-03-01-10")], schema), "rejects", HOUR, "aa", if_any=True)
+    def append(rows: list, inc: str) -> None:
+        df = spark.createDataFrame(rows, schema)
+        lake.append_increment(df, "rejects", HOUR, inc, empty=df.isEmpty())
+
+    append([(1, "2026-03-01-10")], "aa")
     assert len(increment_files()) == 1
     # The same increment again, now without rows (the rerun of an increment whose rows changed):
     # its earlier file goes and no empty file is written.
-    lake.append_increment(spark.createDataFrame([], schema), "rejects", HOUR, "aa", if_any=True)
+    append([], "aa")
     assert increment_files() == []
-    lake.append_increment(spark.createDataFrame([], schema), "rejects", HOUR, "bb", if_any=True)
+    append([], "bb")
     assert increment_files() == []
