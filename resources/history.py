@@ -21,14 +21,12 @@ object storage give the ``transaction_history`` Dagster pool a limit of 1.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from dagster import ConfigurableResource
 from pydantic import Field
@@ -109,13 +107,6 @@ class HistoryError(ValueError):
     """A history request that cannot be answered (unknown space, tag or transaction)."""
 
 
-def _local_root(root: str) -> str | None:
-    parts = urlsplit(root)
-    if parts.scheme in ("", "file"):
-        return parts.path if parts.scheme else root
-    return None
-
-
 class HistoryStore:
     """The transaction history of every space in one lake: recording, and reading it back."""
 
@@ -154,18 +145,8 @@ class HistoryStore:
     @contextlib.contextmanager
     def writer_lock(self) -> Iterator[None]:
         """Exclusive for the whole lake (see the module docstring)."""
-        local = _local_root(self.lake.root)
-        if local is None:
+        with self.lake.exclusive(LOG_DS):
             yield
-            return
-        folder = os.path.join(local, LOG_DS)
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, ".lock"), "a+") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
 
     # -- the transactions table ------------------------------------------------------------------
 

@@ -18,6 +18,8 @@ left missing, and no increment half moved in.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -25,7 +27,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 from dagster import ConfigurableResource
@@ -481,6 +484,35 @@ class LakeResource(ConfigurableResource):
     def write_hour_file(self, dataset: str, partition_key: str, name: str, text: str) -> None:
         _check_side_file_name(name)
         self.files().write_text(f"{self.partition_uri(dataset, partition_key)}/{name}", text)
+
+    @contextlib.contextmanager
+    def exclusive(self, dataset: str) -> Iterator[None]:
+        """One writer of ``dataset`` at a time, across processes: an exclusive ``flock`` on
+        ``<dataset>/.lock`` on a local lake. Object stores have no lock: there, the asset's Dagster
+        pool (named in the README) must be given a limit of 1."""
+        uri = self.dataset_uri(dataset)
+        parts = urlsplit(uri)
+        if parts.scheme not in ("", "file"):
+            yield
+            return
+        folder = parts.path if parts.scheme else uri
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, ".lock"), "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def read_dataset_file(self, dataset: str, name: str) -> str | None:
+        """A small ``_``-file kept at the top of a dataset's folder (a marker, a format note), or None."""
+        _check_side_file_name(name)
+        self.recover(dataset)
+        return self.files().read_text(f"{self.dataset_uri(dataset)}/{name}")
+
+    def write_dataset_file(self, dataset: str, name: str, text: str) -> None:
+        _check_side_file_name(name)
+        self.files().write_text(f"{self.dataset_uri(dataset)}/{name}", text)
 
     def folder_uri(self, dataset: str, subfolder: str = "") -> str:
         """The dataset's folder, or a subfolder of it (one table of a multi-table dataset)."""

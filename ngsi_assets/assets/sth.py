@@ -1,5 +1,6 @@
 """STH aggregates: per-hour partial aggregates in the lake, whole STH-Comet documents in MongoDB."""
 
+import json
 from datetime import UTC, datetime
 
 from dagster import (
@@ -14,10 +15,11 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ngsi_assets.assets.ingest import ngsi_events
-from ngsi_assets.ngsi.sth_config import Resolution
+from ngsi_assets.ngsi.sth_config import Resolution, STHConfig
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.sinks.mongo_bulk import existing_collections
 from ngsi_assets.sinks.sth_mongo import ensure_aggregate_indexes, expire_documents, publish_documents
@@ -31,34 +33,67 @@ from ngsi_assets.transforms.sth import (
     STATUS_SKIPPED,
     STH_PARTIALS,
     STH_REJECTS,
+    STH_ROLLUPS,
     build_documents,
     classify_events,
     day_hour_mismatches,
     documents_of,
+    receive_parts,
+    rollup_rows,
     sth_partials,
     sth_rejects,
     unaccounted_samples,
     with_tombstones,
 )
-from resources.lake import LakeResource
+from resources.lake import LakeResource, key_to_dt
 from resources.mongo import MongoResource
 from resources.sth_mongo import STHSinkResource
 
 GROUP = "sth"
 PARTIALS = "sth_partials"
+ROLLUPS = "sth_rollups"
+# Written once every hour's partials are in the rollups (see _update_rollups).
+ROLLUPS_COMPLETE = "_complete.json"
 REJECTS = "sth_rejects"
 EXAMPLES = 5
 # Collections listed one by one in the metadata; the rest are summed up.
 MAX_LISTED_COLLECTIONS = 50
 
 
-def _origin_filter(touched_bounds: list) -> F.Column | None:
-    """Per-resolution origin ranges of the touched documents: lets Parquet skip row groups of old hours."""
-    cond = None
-    for row in touched_bounds:
-        term = (F.col("resolution") == row["resolution"]) & F.col("origin").between(row["lo"], row["hi"])
-        cond = term if cond is None else cond | term
-    return cond
+def _update_rollups(session: SparkSession, lake: LakeResource, keys: list[str], run_partials: DataFrame) -> list[str]:
+    """Bring the rollups of the run's hours up to date; the buckets written.
+
+    Each bucket the hours touch is rewritten with its rows of other receive hours and days kept
+    and the run's own replaced (the partials' empty rows keep every slot an hour ever had among
+    them, so a slot that lost its samples is zeroed, not left stale). Day and month rows are the
+    merge of every hour of the receive day, so the day's other hours are read too (at most 24).
+    A lake whose rollups were never completed (new, or from before rollups) has them built from
+    every hour's partials once.
+    """
+    complete = lake.read_dataset_file(ROLLUPS, ROLLUPS_COMPLETE) is not None
+    if complete:
+        dts = sorted(key_to_dt(k) for k in keys)
+        day_keys = sorted({f"{dt[:10]}-{h:02d}:00" for dt in dts for h in range(24)})
+        rows = rollup_rows(run_partials, lake.read(session, PARTIALS, STH_PARTIALS, day_keys))
+    else:
+        everything = lake.read(session, PARTIALS, STH_PARTIALS)
+        rows = rollup_rows(everything, everything)
+    rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        buckets = sorted(r["bucket"] for r in rows.select("bucket").distinct().collect())
+        if buckets:
+            merged = rows
+            if complete:
+                old = lake.read_folders(session, ROLLUPS, "bucket", buckets, schema=STH_ROLLUPS)
+                if old is not None:
+                    mine = receive_parts([key_to_dt(k) for k in keys])
+                    merged = old.where(~F.col("part").isin(*mine)).unionByName(rows)
+            lake.replace_folders(merged, ROLLUPS, "bucket", buckets)
+    finally:
+        rows.unpersist()
+    if not complete:
+        lake.write_dataset_file(ROLLUPS, ROLLUPS_COMPLETE, json.dumps({"format": 1}))
+    return buckets
 
 
 @asset(
@@ -67,6 +102,8 @@ def _origin_filter(touched_bounds: list) -> F.Column | None:
     backfill_policy=BackfillPolicy.single_run(),
     group_name=GROUP,
     kinds={"spark", "parquet", "mongodb"},
+    # One run at a time writes the rollups: a local lake is locked, an object store needs this pool's limit at 1.
+    pool="sth_aggregates",
     check_specs=[
         AssetCheckSpec("day_samples_equal_hour_samples", asset="sth_aggregates"),
         AssetCheckSpec("documents_within_mongodb_limits", asset="sth_aggregates"),
@@ -83,16 +120,30 @@ def sth_aggregates(
 
     Seed 002 (Cygnus NGSISTHSink): samples, sum, sum2, min, max per slot for numeric values, an
     occur map for strings, for each configured resolution. The lake keeps per-hour partial
-    aggregates (`sth_partials`, replaced per run) and the events that cannot be written
-    (`sth_rejects`, with the reason); every document an hour touches is rebuilt from the partials
-    of all hours and written whole to MongoDB (when `NGSI_MONGO_URL` is set), so reruns and
-    backfills in any order leave the same documents.
+    aggregates (`sth_partials`, replaced per run), the same re-keyed by document bucket
+    (`sth_rollups`: a document's rows, whatever hour they came from, in one folder) and the events
+    that cannot be written (`sth_rejects`, with the reason). Every document an hour touches is
+    rebuilt from its own bucket alone, whatever the history's age, and written whole to MongoDB
+    (when `NGSI_MONGO_URL` is set), so reruns and backfills in any order leave the same documents.
     """
     config = sth.sth_config()
     keys = context.partition_keys
     session = spark.spark_session
     now = datetime.now(UTC)
 
+    # Runs of different hours share rollup buckets (a month's, a year's) and documents: one at a time.
+    with lake.exclusive(ROLLUPS):
+        return _materialize(session, lake, sth, config, keys, now)
+
+
+def _materialize(
+    session: SparkSession,
+    lake: LakeResource,
+    sth: STHSinkResource,
+    config: STHConfig,
+    keys: list[str],
+    now: datetime,
+) -> MaterializeResult:
     events = lake.read(session, "ngsi_events", NGSI_EVENTS, keys)
     # Three consumers (rejects, partials, counts): classify (and name) each event once.
     classified = classify_events(events, config).persist(StorageLevel.MEMORY_AND_DISK)
@@ -105,13 +156,12 @@ def sth_aggregates(
     finally:
         classified.unpersist()
     run_partials = lake.read(session, PARTIALS, STH_PARTIALS, keys)
+    rollups_built = _update_rollups(session, lake, keys, run_partials)
     touched = run_partials.select(*DOC_COLUMNS).distinct()
-    bounds = touched.groupBy("resolution").agg(F.min("origin").alias("lo"), F.max("origin").alias("hi")).collect()
-    all_partials = lake.read(session, PARTIALS, STH_PARTIALS)
-    origin_filter = _origin_filter(bounds)
-    if origin_filter is not None:
-        all_partials = all_partials.where(origin_filter)
-    documents = build_documents(documents_of(all_partials, touched), config, int(now.timestamp() * 1000))
+    stored = lake.read_folders(session, ROLLUPS, "bucket", rollups_built, schema=STH_ROLLUPS)
+    if stored is None:
+        stored = session.createDataFrame([], STH_ROLLUPS)
+    documents = build_documents(documents_of(stored, touched), config, int(now.timestamp() * 1000), order="part")
     documents = documents.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         # One job for the actions' counts and the databases written (one row per database and action).
@@ -241,4 +291,4 @@ def sth_aggregates(
     )
 
 
-__all__ = ["sth_aggregates", "PARTIALS", "REJECTS", "STH_REJECTS"]
+__all__ = ["sth_aggregates", "PARTIALS", "REJECTS", "ROLLUPS", "STH_REJECTS"]

@@ -116,6 +116,21 @@ STH_REJECTS = StructType(
     ]
 )
 
+# Rollups: the partials re-keyed by document bucket, so rebuilding a document reads only its own
+# bucket (STH_ROLLUPS, partitioned by ``bucket``), whatever the history's age. ``part`` names what a
+# row sums: for second, minute and hour documents the receive hour (``dt``) itself; for day and
+# month documents the receive day (``YYYY-MM-DD``), the day's hour partials merged in hour order,
+# so a slot of a month document holds about 31 rows rather than about 720.
+BY_RECEIVE_DAY = (Resolution.DAY.value, Resolution.MONTH.value)
+STH_ROLLUPS = StructType(
+    [
+        *[f for f in STH_PARTIALS.fields if f.name != "dt"],
+        StructField("part", StringType(), False),
+        StructField("bucket", StringType(), False),
+    ]
+)
+
+
 POINT = StructType(
     [
         StructField("offset", IntegerType(), False),
@@ -359,51 +374,69 @@ def documents_of(partials: DataFrame, keys: DataFrame) -> DataFrame:
     return partials.join(keys, _null_safe_cond(partials, keys, DOC_COLUMNS), "left_semi")
 
 
-def build_documents(partials: DataFrame, config: STHConfig, now_ms: int) -> DataFrame:
-    """One row per STH document, keyed by DOC_COLUMNS, from the partials of every hour.
+def merge_partials(partials: DataFrame, order: str = "dt", by: tuple[str, ...] = ()) -> DataFrame:
+    """One row per slot (SLOT_COLUMNS and ``by``): the slot's partials merged in ``order``.
 
-    ``points`` holds every slot of the range (empty ones with samples 0, sum 0, min +inf, max
-    -inf, empty occur). ``samples`` counts every sample of the slot, numbers and text, as Cygnus's
-    ``$inc`` of ``points.$.samples`` does for both; sum, sum2, min and max aggregate the numbers,
-    ``occur`` counts the text. ``numeric`` and ``text`` say which kinds the document holds (an
-    attribute that is usually a number but sometimes ``"n/a"`` has both, and its published
-    points carry both). ``action`` is ``upsert``, ``delete`` (no
-    sample left, or origin older than ``data_expiration`` before ``now_ms``) or ``reject`` (over
-    MongoDB's document size limit, with ``reason``).
+    samples and numSamples are summed, min and max taken, ``latest`` the newest; sum and sum2 are
+    folds over the rows sorted by ``order`` (so the result does not depend on the shuffle), and
+    the occur maps are merged in that order. An empty row (a tombstone) adds nothing. The result
+    has the partials' columns with ``sum``/``sum2`` 0.0 and ``occur`` empty where nothing was
+    aggregated.
     """
-    by_dt = F.sort_array(F.collect_list(F.struct(F.col("dt"), F.col("sum"), F.col("sum2"))))
+    by_order = F.sort_array(F.collect_list(F.struct(F.col(order), F.col("sum"), F.col("sum2"))))
     empty_occur = F.create_map().cast(_OCCUR)
-    per_slot = partials.groupBy(*SLOT_COLUMNS).agg(
+    per_slot = partials.groupBy(*SLOT_COLUMNS, *by).agg(
         F.sum("samples").alias("samples"),
         F.sum("numSamples").alias("numSamples"),
-        by_dt.alias("_by_dt"),
+        by_order.alias("_by_order"),
         F.min("min").alias("min"),
         F.max("max").alias("max"),
-        # In hour order: the merged map's key order follows the order the maps are merged in.
+        # In order: the merged map's key order follows the order the maps are merged in.
         F.transform(
             F.array_sort(
-                F.collect_list(F.struct("dt", "occur")),
-                lambda a, b: F.when(a["dt"] < b["dt"], -1).when(a["dt"] > b["dt"], 1).otherwise(0),
+                F.collect_list(F.struct(F.col(order).alias("k"), F.col("occur").alias("occur"))),
+                lambda a, b: F.when(a["k"] < b["k"], -1).when(a["k"] > b["k"], 1).otherwise(0),
             ),
             lambda x: x["occur"],
         ).alias("_occurs"),
         F.max("latest").alias("latest"),
     )
-    per_slot = per_slot.select(
+    return per_slot.select(
         *SLOT_COLUMNS,
-        "samples",
-        "numSamples",
-        F.aggregate("_by_dt", F.lit(0.0), lambda acc, x: acc + F.coalesce(x["sum"], F.lit(0.0))).alias("sum"),
-        F.aggregate("_by_dt", F.lit(0.0), lambda acc, x: acc + F.coalesce(x["sum2"], F.lit(0.0))).alias("sum2"),
+        *by,
+        F.col("samples").cast("long").alias("samples"),
+        F.col("numSamples").cast("long").alias("numSamples"),
+        F.aggregate("_by_order", F.lit(0.0), lambda acc, x: acc + F.coalesce(x["sum"], F.lit(0.0))).alias("sum"),
+        F.aggregate("_by_order", F.lit(0.0), lambda acc, x: acc + F.coalesce(x["sum2"], F.lit(0.0))).alias("sum2"),
         "min",
         "max",
+        # A row without text (numbers only, or a tombstone) has no map: merging it must not drop the others'.
         F.aggregate(
             "_occurs",
             empty_occur,
-            lambda acc, m: F.map_zip_with(acc, m, lambda _k, a, b: F.coalesce(a, F.lit(0)) + F.coalesce(b, F.lit(0))),
+            lambda acc, m: F.map_zip_with(
+                acc, F.coalesce(m, empty_occur), lambda _k, a, b: F.coalesce(a, F.lit(0)) + F.coalesce(b, F.lit(0))
+            ),
         ).alias("occur"),
-        "latest",
+        F.col("latest").cast(_LATEST).alias("latest"),
     )
+
+
+def build_documents(partials: DataFrame, config: STHConfig, now_ms: int, order: str = "dt") -> DataFrame:
+    """One row per STH document, keyed by DOC_COLUMNS, from partial rows of any hours (or rollups).
+
+    Rows of one slot are merged in ``order`` (``dt`` for hour partials, ``part`` for rollups: see
+    ``merge_partials``). ``points`` holds every slot of the range (empty ones with samples 0, sum 0,
+    min +inf, max -inf, empty occur). ``samples`` counts every sample of the slot, numbers and
+    text, as Cygnus's ``$inc`` of ``points.$.samples`` does for both; sum, sum2, min and max
+    aggregate the numbers, ``occur`` counts the text. ``numeric`` and ``text`` say which kinds the
+    document holds (an attribute that is usually a number but sometimes ``"n/a"`` has both, and its
+    published points carry both). ``action`` is ``upsert``, ``delete`` (no sample left, or origin
+    older than ``data_expiration`` before ``now_ms``) or ``reject`` (over MongoDB's document size
+    limit, with ``reason``).
+    """
+    empty_occur = F.create_map().cast(_OCCUR)
+    per_slot = merge_partials(partials, order)
     point_in = F.struct("samples", "numSamples", "sum", "sum2", "min", "max", "occur")
     docs = per_slot.groupBy(*DOC_COLUMNS).agg(
         F.sum("samples").alias("totalSamples"),
@@ -531,3 +564,47 @@ def unaccounted_samples(documents: DataFrame) -> DataFrame:
         F.col("p.numSamples").alias("numSamples"),
         occurrences.alias("occurrences"),
     ).where(F.col("samples") != F.col("numSamples") + F.col("occurrences"))
+
+
+def bucket_of() -> Column:
+    """The rollup folder of a document: the hour of a second document's minute, else its origin.
+
+    ``second-YYYY-MM-DDTHH``, ``minute-YYYY-MM-DDTHH``, ``hour-YYYY-MM-DD``, ``day-YYYY-MM``,
+    ``month-YYYY`` (UTC, from epoch ms: independent of the session time zone).
+    """
+    origin = F.col("origin")
+    day = F.date_from_unix_date(F.floor(origin / F.lit(86_400_000.0)).cast("int")).cast("string")
+    hour = F.lpad(F.pmod(F.floor(origin / F.lit(3_600_000.0)), F.lit(24)).cast("string"), 2, "0")
+    res = F.col("resolution")
+    return (
+        F.when(
+            res.isin(Resolution.SECOND.value, Resolution.MINUTE.value), F.concat(res, F.lit("-"), day, F.lit("T"), hour)
+        )
+        .when(res == Resolution.HOUR.value, F.concat(res, F.lit("-"), day))
+        .when(res == Resolution.DAY.value, F.concat(res, F.lit("-"), F.substring(day, 1, 7)))
+        .otherwise(F.concat(res, F.lit("-"), F.substring(day, 1, 4)))
+    )
+
+
+def rollup_rows(hour_partials: DataFrame, day_partials: DataFrame) -> DataFrame:
+    """The rollup rows (STH_ROLLUPS) of some receive hours and days.
+
+    ``hour_partials``: the partials of the hours, whose second, minute and hour rows are kept as
+    they are (``part`` = ``dt``). ``day_partials``: the partials of every hour of those hours' days,
+    whose day and month rows are merged per slot and receive day (``part`` = the day).
+    """
+    by_hour = hour_partials.where(~F.col("resolution").isin(*BY_RECEIVE_DAY)).withColumnRenamed("dt", "part")
+    by_day = merge_partials(
+        day_partials.where(F.col("resolution").isin(*BY_RECEIVE_DAY)).withColumn("part", F.substring("dt", 1, 10)),
+        order="dt",
+        by=("part",),
+    )
+    rows = by_hour.select(*[c for c in STH_ROLLUPS.fieldNames() if c != "bucket"]).unionByName(
+        by_day.select(*[c for c in STH_ROLLUPS.fieldNames() if c != "bucket"])
+    )
+    return rows.withColumn("bucket", bucket_of())
+
+
+def receive_parts(dts: list[str]) -> list[str]:
+    """The ``part`` values that rollup rows of receive hours ``dts`` carry: the hours and their days."""
+    return sorted({*dts, *(dt[:10] for dt in dts)})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,10 +16,10 @@ from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PART
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
-from ngsi_assets.assets.sth import PARTIALS, REJECTS, sth_aggregates
+from ngsi_assets.assets.sth import PARTIALS, REJECTS, ROLLUPS, sth_aggregates
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.transforms.schemas import NGSI_EVENTS
-from ngsi_assets.transforms.sth import STH_PARTIALS, STH_REJECTS
+from ngsi_assets.transforms.sth import STH_PARTIALS, STH_REJECTS, STH_ROLLUPS, rollup_rows
 from resources.lake import LakeResource
 from resources.sth_mongo import STHSinkResource
 from tests.transforms.test_sth import ev, ms
@@ -237,3 +238,84 @@ def test_mixed_attribute_and_entity_delete_in_mongodb(
         1: {"offset": 1, "samples": 4, "sum": 26.0, "sum2": 340.0, "min": 12.0, "max": 14.0,
             "occur": {"error": 1, "n/a": 1}},
     }  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------------
+# Rollups: each document's rows in its own bucket, kept up to date hour by hour
+
+ALL = STHSinkResource(resolutions="month,day,hour,minute,second", data_model="dm-by-entity")
+D2 = "2026-03-02-09:00"
+TI_FEB = [{"name": "TimeInstant", "type": "DateTime", "value": "2026-02-27T23:59:59Z"}]
+D2_EVENTS = [
+    ev("car1", "speed", "12", ms(2026, 3, 2, 9, 1), mid="c1", dt="2026-03-02-09"),
+    ev("car1", "speed", "n/a", ms(2026, 3, 2, 9, 2), mid="c2", dt="2026-03-02-09"),
+    ev("car2", "speed", "5", ms(2026, 3, 2, 9, 3), mid="c3", dt="2026-03-02-09", md=TI_FEB),
+]
+
+
+def _rollups(spark: SparkSession, lake: Path) -> list[tuple]:
+    df = LakeResource(root=str(lake)).read_folders(spark, ROLLUPS, "bucket", None, schema=STH_ROLLUPS)
+    return sorted((r["bucket"], r["part"], repr(r)) for r in df.collect()) if df is not None else []
+
+
+def _rebuilt(spark: SparkSession, lake: Path) -> list[tuple]:
+    """The rollups computed afresh from every hour's partials."""
+    every = LakeResource(root=str(lake)).read(spark, PARTIALS, STH_PARTIALS)
+    rows = rollup_rows(every, every).select(*STH_ROLLUPS.fieldNames()).collect()
+    return sorted((r["bucket"], r["part"], repr(r)) for r in rows)
+
+
+def test_rollups_kept_hour_by_hour_equal_a_rebuild_from_every_hour(spark: SparkSession, tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    for key, rows in {**EVENTS, D2: D2_EVENTS}.items():
+        _write_events(spark, lake, key, rows)
+    for key in (H11, D2, H10, H11):
+        _run(lake, key, ALL)
+    got = _rollups(spark, lake)
+    assert got == _rebuilt(spark, lake)
+    buckets = {bucket for bucket, _, _ in got}
+    assert {"month-2026", "day-2026-03", "day-2026-02", "hour-2026-03-02", "second-2026-03-01T10"} <= buckets
+    # the hour loses an event: its slot's rows shrink in every bucket, still equal to a rebuild
+    _write_events(spark, lake, H10, EVENTS[H10][1:])
+    metadata, checks = _run(lake, H10, ALL)
+    assert all(checks.values()), checks
+    assert _rollups(spark, lake) == _rebuilt(spark, lake)
+    assert metadata["samples"] == 2
+
+
+def test_a_run_reads_no_partials_of_other_days(spark: SparkSession, tmp_path: Path) -> None:
+    """A day's run rebuilds its month and year documents from the rollups, never from old hours' partials."""
+    lake = tmp_path / "lake"
+    for key, rows in {**EVENTS, D2: D2_EVENTS}.items():
+        _write_events(spark, lake, key, rows)
+    for key in (H10, H11):
+        _run(lake, key, ALL)
+    expected_after = tmp_path / "reference"
+    for key, rows in {**EVENTS, D2: D2_EVENTS}.items():
+        _write_events(spark, expected_after, key, rows)
+    for key in (H10, H11, D2):
+        _run(expected_after, key, ALL)
+    # The first day's partials become unreadable: a run that opened them would fail.
+    root = LakeResource(root=str(lake))
+    for key in (H10, H11):
+        folder = Path(root.partition_uri(PARTIALS, key))
+        (folder / "part-99999-broken.parquet").write_bytes(b"not parquet")
+    metadata, checks = _run(lake, D2, ALL)
+    assert all(checks.values()), checks
+    assert _rollups(spark, lake) == _rollups(spark, expected_after)
+    assert {part for bucket, part, _ in _rollups(spark, lake) if bucket == "month-2026"} == {"2026-03-01", "2026-03-02"}
+
+
+def test_rollups_of_a_lake_from_before_them_are_built_once_from_every_hour(spark: SparkSession, tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    for key, rows in EVENTS.items():
+        _write_events(spark, lake, key, rows)
+    for key in (H10, H11):
+        _run(lake, key, ALL)
+    before = _rollups(spark, lake)
+    shutil.rmtree(LakeResource(root=str(lake)).dataset_uri(ROLLUPS))
+    _write_events(spark, lake, D2, D2_EVENTS)
+    _run(lake, D2, ALL)
+    after = _rollups(spark, lake)
+    assert after == _rebuilt(spark, lake)
+    assert set(before) < set(after)

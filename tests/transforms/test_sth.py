@@ -442,6 +442,75 @@ def test_documents_merge_partials_of_several_hours(spark: SparkSession) -> None:
     assert filled(doc) == {1: {"offset": 1, "samples": 4, "sum": 16.0, "sum2": 88.5, "min": 1.5, "max": 8.0}}
 
 
+def test_text_of_one_hour_and_numbers_of_another_both_kept(spark: SparkSession) -> None:
+    """The hour with numbers only has no occur map: merging it must not drop the other hour's text."""
+    cfg = STHConfig(data_model="dm-by-entity", resolutions="day")
+    rows = [
+        ev("m", "level", "7", ms(2026, 3, 1, 10, 5), mid="a"),
+        ev("m", "level", "n/a", ms(2026, 3, 1, 11, 5), mid="b"),
+        ev("m", "level", "2", ms(2026, 3, 1, 12, 5), mid="c"),
+    ]
+    (doc,) = documents(spark, rows, cfg)
+    assert filled(doc["doc"]) == {
+        1: {"offset": 1, "samples": 3, "sum": 9.0, "sum2": 53.0, "min": 2.0, "max": 7.0, "occur": {"n/a": 1}}
+    }
+    assert (
+        sth.unaccounted_samples(
+            sth.build_documents(
+                sth.sth_partials(sth.classify_events(events(spark, rows), cfg), cfg.resolutions), cfg, 0
+            )
+        ).count()
+        == 0
+    )
+
+
+def test_bucket_of_each_resolution(spark: SparkSession) -> None:
+    origins = [
+        ("second", ms(2026, 3, 1, 10, 15)),
+        ("minute", ms(2026, 3, 1, 10)),
+        ("hour", ms(2026, 3, 1)),
+        ("day", ms(2026, 3, 1)),
+        ("month", ms(2026, 1, 1)),
+        ("hour", ms(1969, 12, 31)),
+    ]
+    df = spark.createDataFrame(origins, "resolution string, origin long")
+    got = [r["b"] for r in df.select(sth.bucket_of().alias("b")).collect()]
+    assert got == [
+        "second-2026-03-01T10", "minute-2026-03-01T10", "hour-2026-03-01", "day-2026-03", "month-2026",
+        "hour-1969-12-31",
+    ]  # fmt: skip
+
+
+def test_documents_from_rollups_equal_documents_from_partials(spark: SparkSession) -> None:
+    """Hour partials re-keyed into rollups (day and month rows merged per receive day) give the same documents."""
+    cfg = STHConfig(data_model="dm-by-entity")  # every resolution
+    late = [{"name": "TimeInstant", "type": "DateTime", "value": "2026-02-27T23:59:59Z"}]
+    rows = [
+        ev("c", "speed", "1.5", ms(2026, 3, 1, 10, 5), mid="a"),
+        ev("c", "speed", "2", ms(2026, 3, 1, 10, 50), mid="b"),
+        ev("c", "speed", "4", ms(2026, 3, 1, 11, 5), mid="c"),
+        ev("c", "speed", "n/a", ms(2026, 3, 2, 0, 5), mid="d"),
+        ev("c", "speed", "8", ms(2026, 3, 2, 1, 5), mid="e", md=late),  # measured in February
+        ev("c", "state", "on", ms(2026, 3, 2, 1, 6), mid="f", attr_type="Text"),
+    ]
+    partials = sth.sth_partials(sth.classify_events(events(spark, rows), cfg), cfg.resolutions)
+    rollups = sth.rollup_rows(partials, partials)
+    # second/minute/hour rows stay per receive hour; day and month rows become one per receive day
+    parts = sorted({(r["resolution"], r["part"]) for r in rollups.collect()})
+    assert ("month", "2026-03-01") in parts and ("month", "2026-03-02") in parts
+    assert ("hour", "2026-03-01-10") in parts and not any(r == "month" and len(p) > 10 for r, p in parts)
+
+    def docs(df: DataFrame, order: str) -> list[tuple]:
+        out = sth.build_documents(df, cfg, 0, order=order).collect()
+        return sorted(
+            (r["resolution"], r["origin"], repr(to_document(r.asDict(recursive=True), cfg.data_model))) for r in out
+        )
+
+    assert docs(rollups, "part") == docs(partials, "dt")
+    # speed: 1 month, 2 day, 3 hour, 4 minute and 5 second documents; state: one of each
+    assert len(docs(partials, "dt")) == 20
+
+
 def test_tombstones_delete_documents_left_without_samples(spark: SparkSession) -> None:
     cfg = STHConfig(data_model="dm-by-service-path", resolutions="hour")
     old = sth.sth_partials(sth.classify_events(events(spark, _values_rows(["1"])), cfg), cfg.resolutions)
