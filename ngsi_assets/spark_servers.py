@@ -24,16 +24,6 @@ CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 DEFAULT_CONNECT_PORT = 15002
-FAIR_SCHEDULER_FILE = Path(__file__).with_name("spark_fair_scheduler.xml")
-
-
-def scheduler_config() -> dict[str, str]:
-    """A shared server's scheduling: fair between the stages of concurrent runs (see the XML file).
-
-    With Spark's default (FIFO), the stages of the oldest job take every free core: an increment's
-    small stages waited for a derived run's large ones to drain.
-    """
-    return {"spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": str(FAIR_SCHEDULER_FILE)}
 
 
 def spark_home() -> Path:
@@ -90,7 +80,6 @@ def connect_server_command(
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
         **driver_config(driver_memory),
-        **scheduler_config(),
         **sql_config(),
         **(extra_conf or {}),
     }

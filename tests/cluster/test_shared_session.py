@@ -111,15 +111,3 @@ def test_sharing_can_be_turned_off(connect_url: str, tmp_path: Path) -> None:  #
     runs = [run(connect_url, folder, shared=False) for _ in range(2)]
     assert runs[0]["session"] != runs[1]["session"]
     assert [r["rows"] for r in runs] == [3, 6]
-
-
-def test_the_server_schedules_fairly(connect_url: str) -> None:  # noqa: F811
-    """The server the tests start is the platform's (connect_server_command): FAIR, the default pool FAIR."""
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.builder.remote(connect_url).create()
-    try:
-        assert spark.conf.get("spark.scheduler.mode") == "FAIR"
-        assert spark.conf.get("spark.scheduler.allocation.file").endswith("spark_fair_scheduler.xml")
-    finally:
-        spark.stop()
