@@ -38,6 +38,8 @@ from ngsi_assets.ngsi.transactions import Action, tnx_of
 from ngsi_assets.transforms.transaction_history import (
     BUCKET,
     CURRENT,
+    FAULT_CHAIN,
+    FAULT_UUID,
     HEAD,
     HISTORY,
     TXN,
@@ -51,6 +53,7 @@ from ngsi_assets.transforms.transaction_history import (
     number_changes,
     partition_offsets,
     sorted_for_numbering,
+    transaction_faults,
 )
 from resources.lake import LakeResource
 
@@ -103,6 +106,15 @@ class Commit:
         return int(self.commit_json["last_i"])
 
 
+@dataclass(frozen=True)
+class Verification:
+    """The faults ``record`` found in a transaction's rows (see ``transaction_faults``)."""
+
+    chain_breaks: int
+    break_examples: list[dict[str, Any]]
+    uuid_faults: int
+
+
 class HistoryError(ValueError):
     """A history request that cannot be answered (unknown space, tag or transaction)."""
 
@@ -123,6 +135,7 @@ class HistoryStore:
         self.fs = lake.files()
         self.schema = schema
         self.clock = clock
+        self.verifications: dict[tuple[str, int], Verification] = {}
 
     # -- paths and small files --------------------------------------------------------------------
 
@@ -282,6 +295,8 @@ class HistoryStore:
             )
             self.lake.replace_folders(rows, HISTORY_DS, TXN, [txn], subfolder=folder)
             written = self._history_rows(folder, [txn])
+            # Checked against HEAD before it moves: the new rows and their features' previous ones.
+            verification = self._verify(head, written, first_i, first_i + total - 1)
             global_id = 1 + max((c.id for c in (self.latest(f) for f in self.folders()) if c is not None), default=0)
             commit = Commit(
                 space=space,
@@ -303,10 +318,28 @@ class HistoryStore:
             self.fs.write_text(f"{self._log_uri(folder)}/{txn:012d}.json", commit.to_json())
             self.lake.replace_folders(advance_head(head, written), HEAD_DS, BUCKET, changed_buckets, subfolder=folder)
             self._write_state(folder, {"head_txn": txn, "signatures": now_sigs})
+            self.verifications[(space, txn)] = verification
             return commit
         finally:
             for frame in persisted:
                 frame.unpersist()
+
+    def _verify(self, tips: DataFrame, rows: DataFrame, first_i: int, last_i: int) -> Verification:
+        faults = transaction_faults(tips, rows, first_i, last_i).persist()
+        try:
+            counts = {r["check"]: int(r["count"]) for r in faults.groupBy("check").count().collect()}
+            examples = (
+                [r.asDict() for r in faults.where(F.col("check") == FAULT_CHAIN).limit(3).collect()]
+                if counts.get(FAULT_CHAIN)
+                else []
+            )
+        finally:
+            faults.unpersist()
+        return Verification(counts.get(FAULT_CHAIN, 0), examples, counts.get(FAULT_UUID, 0))
+
+    def verification(self, space: str, txn: int) -> Verification | None:
+        """What ``record`` found wrong in the rows of transaction ``txn`` of ``space`` (this store's only)."""
+        return self.verifications.get((space, txn))
 
     # -- reading --------------------------------------------------------------------------------
 

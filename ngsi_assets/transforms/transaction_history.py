@@ -365,3 +365,42 @@ def chain_breaks(history: DataFrame) -> DataFrame:
         .when(~F.col("_start") & ~F.col("puuid").eqNullSafe(F.col("_prev")), F.lit("puuid is not the previous uuid"))
     )
     return rows.select("id", "i", "uuid", "puuid", "action", reason.alias("reason")).where(F.col("reason").isNotNull())
+
+
+FAULT_CHAIN = "chain"
+FAULT_UUID = "uuid"
+
+
+def transaction_faults(tips: DataFrame, rows: DataFrame, first_i: int, last_i: int) -> DataFrame:
+    """The faults of one transaction's stored ``rows`` (its ``i`` from ``first_i`` to ``last_i``).
+
+    ``tips``: HEAD before the transaction (the newest earlier row of every live feature of the
+    buckets it changed). So the cost follows the transaction, not the history's length, and still
+    covers what a scan of the whole history would find in these rows:
+
+    - ``chain``: ``chain_breaks`` of each feature's tip followed by its new row: a puuid that is not
+      the tip's uuid, a chain start with a puuid, a CREATE of a feature that has a live tip;
+    - ``uuid``: a row whose uuid is not the one of its (tnx, i) or whose ``i`` is outside the range,
+      and a uuid found twice among the rows and the tips. Together with each transaction's range
+      starting after the previous one's (``record`` numbers them so), a uuid is unique in the whole
+      history without reading it.
+
+    Columns: check (``chain`` or ``uuid``), id, i, uuid, reason.
+    """
+    cols = ["id", "i", "uuid", "puuid", "action"]
+    mine = F.col("i").between(first_i, last_i)
+    context = tips.join(rows.select("id").distinct(), "id", "left_semi").select(*cols)
+    breaks = chain_breaks(context.unionByName(rows.select(*cols))).where(mine)
+    chain = breaks.select(F.lit(FAULT_CHAIN).alias("check"), "id", "i", "uuid", "reason")
+    misnumbered = rows.where(~F.col("uuid").eqNullSafe(uuid_column(F.col("tnx"), F.col("i"))) | ~mine).select(
+        F.lit(FAULT_UUID).alias("check"),
+        "id",
+        "i",
+        "uuid",
+        F.lit("uuid is not the one of its (tnx, i), or i is outside the transaction's range").alias("reason"),
+    )
+    seen = tips.select("uuid").unionByName(rows.select("uuid")).groupBy("uuid").count().where(F.col("count") > 1)
+    twice = rows.join(seen, "uuid", "left_semi").select(
+        F.lit(FAULT_UUID).alias("check"), "id", "i", "uuid", F.lit("uuid found twice").alias("reason")
+    )
+    return chain.unionByName(misnumbered).unionByName(twice)

@@ -217,6 +217,17 @@ def test_puuid_chains(story: dict) -> None:
     assert rows[6]["puuid"] == rows[4]["uuid"]
 
 
+def test_record_verified_every_transaction_clean(story: dict) -> None:
+    """Creates, updates, deletes, a purge and the CREATE after it: no fault against the rows before each."""
+    store: HistoryStore = story["store"]
+    commits = store.commits("product")
+    assert len(commits) >= 3
+    for c in commits:
+        verification = store.verification("product", c.txn)
+        assert verification is not None, c.txn
+        assert (verification.chain_breaks, verification.uuid_faults) == (0, 0), (c.txn, verification)
+
+
 def test_rewind_to_each_transaction_reproduces_the_versioned_state(story: dict) -> None:
     store: HistoryStore = story["store"]
     assert len(story["snapshots"]) == 3

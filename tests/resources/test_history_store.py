@@ -247,5 +247,53 @@ def test_the_asset_checks_fail_on_a_corrupted_history(spark: SparkSession, store
     store.fs.write_text(
         f"{store.lake.folder_uri('transaction_log', entity_folder(SPACE))}/{2:012d}.json", bad.to_json()
     )
-    results = {r.check_name: r.passed for r in check_results(store, [bad])}
-    assert results == {"puuid_chains_unbroken": False, "uuids_unique": False, "tnx_non_decreasing": False}
+    results = {r.check_name: r for r in check_results(store, [bad])}
+    assert {k: r.passed for k, r in results.items()} == {
+        "puuid_chains_unbroken": False,
+        "uuids_unique": False,
+        "tnx_non_decreasing": False,
+    }
+    # Written by hand, not recorded: its rows were never checked, which fails the checks too.
+    assert results["uuids_unique"].metadata["transactions_not_verified"].value == 1
+
+
+def test_record_finds_a_transaction_that_breaks_chains_and_repeats_uuids(
+    spark: SparkSession, store: HistoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows of transaction 2 are checked against the features' rows before it, without reading the history."""
+    import resources.history as history_module
+    from ngsi_assets.assets.transaction_history import check_results
+
+    write_table(spark, store.lake, {"A": (False, "x", 1), "B": (False, "y", 1)}, 1)
+    first = record(store, spark, 1)
+    a_uuid = store.history(SPACE).where(F.col("id") == "A").first()["uuid"]
+    numbered = history_module.number_changes
+
+    def corrupted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        # A's update restarts its chain with a CREATE and takes transaction 1's uuid.
+        rows = numbered(*args, **kwargs)
+        is_a = F.col("id") == "A"
+        return (
+            rows.withColumn("action", F.when(is_a, F.lit(int(Action.CREATE))).otherwise(F.col("action")))
+            .withColumn("puuid", F.when(is_a, F.lit(None).cast("string")).otherwise(F.col("puuid")))
+            .withColumn("uuid", F.when(is_a, F.lit(a_uuid)).otherwise(F.col("uuid")))
+        )
+
+    monkeypatch.setattr(history_module, "number_changes", corrupted)
+    write_table(spark, store.lake, {"A": (False, "x2", 2), "B": (False, "y2", 2)}, 2)
+    second = record(store, spark, 2)
+    verification = store.verification(SPACE, second.txn)
+    assert verification is not None
+    assert (verification.chain_breaks, verification.uuid_faults) == (1, 2)  # A's uuid: not its own, and taken
+    assert [e["reason"] for e in verification.break_examples] == ["CREATE inside a chain"]
+    results = {r.check_name: r.passed for r in check_results(store, [first, second])}
+    assert results == {"puuid_chains_unbroken": False, "uuids_unique": False, "tnx_non_decreasing": True}
+    # An honest third transaction passes.
+    monkeypatch.undo()
+    write_table(spark, store.lake, {"A": (False, "x3", 3), "B": (False, "y3", 3)}, 3)
+    third = record(store, spark, 3)
+    assert {r.check_name: r.passed for r in check_results(store, [third])} == {
+        "puuid_chains_unbroken": True,
+        "uuids_unique": True,
+        "tnx_non_decreasing": True,
+    }
