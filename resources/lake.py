@@ -455,6 +455,11 @@ class LakeResource(ConfigurableResource):
         ``wanted`` are a bug in the caller and raise (the staging folder is removed)."""
         fs = self.files()
         staging = f"{self.root_uri}/{STAGING}/{dataset}/{uuid.uuid4().hex}"
+        if len(wanted) > 1:
+            # Each folder's rows in one task, so each folder gets one file rather than one per task: a
+            # run touching 64 buckets from 4 tasks wrote 256 small files (2.1 s against 0.8 s), and
+            # every later read opened them all.
+            df = df.repartition(column)
         writer = df.write.mode("overwrite").partitionBy(column)
         for name in no_dictionary:
             writer = writer.option(f"parquet.enable.dictionary#{name}", "false")

@@ -277,3 +277,17 @@ def test_append_increment_of_no_rows_writes_nothing_for_no_rows_and_clears_an_ea
     assert increment_files() == []
     append([], "bb")
     assert increment_files() == []
+
+
+@pytest.mark.spark
+def test_a_write_of_several_folders_gives_each_one_file(spark: SparkSession, tmp_path: Path) -> None:
+    """Rows of every bucket spread over four tasks: one file per bucket folder, not one per task."""
+    from pyspark.sql import functions as F
+
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    df = spark.range(400).select(F.col("id"), (F.col("id") % 8).cast("int").alias("bucket")).repartition(4, "id")
+    lake.replace_folders(df, "many", "bucket", list(range(8)))
+    folders = sorted((tmp_path / "lake" / "many").glob("bucket=*"))
+    assert len(folders) == 8
+    assert [len(list(f.glob("*.parquet"))) for f in folders] == [1] * 8
+    assert lake.read_folders(spark, "many", "bucket", None).count() == 400
