@@ -71,8 +71,8 @@ def _update_rollups(session: SparkSession, lake: LakeResource, keys: list[str], 
     every hour's partials once.
     """
     complete = lake.read_dataset_file(ROLLUPS, ROLLUPS_COMPLETE) is not None
+    dts = sorted(key_to_dt(k) for k in keys)
     if complete:
-        dts = sorted(key_to_dt(k) for k in keys)
         day_keys = sorted({f"{dt[:10]}-{h:02d}:00" for dt in dts for h in range(24)})
         rows = rollup_rows(run_partials, lake.read(session, PARTIALS, STH_PARTIALS, day_keys))
     else:
@@ -86,8 +86,7 @@ def _update_rollups(session: SparkSession, lake: LakeResource, keys: list[str], 
             if complete:
                 old = lake.read_folders(session, ROLLUPS, "bucket", buckets, schema=STH_ROLLUPS)
                 if old is not None:
-                    mine = receive_parts([key_to_dt(k) for k in keys])
-                    merged = old.where(~F.col("part").isin(*mine)).unionByName(rows)
+                    merged = old.where(~F.col("part").isin(*receive_parts(dts))).unionByName(rows)
             lake.replace_folders(merged, ROLLUPS, "bucket", buckets)
     finally:
         rows.unpersist()
