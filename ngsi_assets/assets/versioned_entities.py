@@ -62,6 +62,8 @@ from ngsi_assets.transforms.versioned_entities import (
     csv_source_records,
     datahub_source_records,
     fold_versions,
+    invariant_counts,
+    invariant_rows,
     live_rows,
     map_ngsi_default,
     map_to_target,
@@ -107,10 +109,10 @@ class EntityOutcome:
     name: str
     records: int
     buckets_rewritten: int
-    rows_in_rewritten_buckets: int
-    overlapping: int
-    open_rows_not_one: int
-    missing_provenance: int
+    rows_in_rewritten_buckets: int = 0
+    overlapping: int = 0
+    open_rows_not_one: int = 0
+    missing_provenance: int = 0
 
 
 def _key_fields(work: EntityWork) -> tuple[str, ...]:
@@ -283,8 +285,10 @@ class VersioningRun:
         """Fold the keys this run touches for one entity and rewrite their buckets."""
         folder = entity_folder(work.name)
         new = union_all(work.records, _RECORDS_NO_BUCKET, self.spark)
+        # Kept until the run ends: the message log and the record index read it again.
         new = new.withColumn(BUCKET, bucket_column(F.col("guid"), self.buckets)).persist()
         self._persisted.append(new)
+        self._new_records.append(new)
         refreshes_new = union_all(work.refreshes, REFRESHES, self.spark)
         fields = self.fields_of(work, new)
 
@@ -293,8 +297,6 @@ class VersioningRun:
         if history is not None:
             refreshes = history.where(~F.col(PARTITION_COLUMN).isin(self.dts)).select(*REFRESHES.fieldNames())
             refreshes = refreshes.unionByName(refreshes_new)
-        refreshes = refreshes.persist()
-        self._persisted.append(refreshes)
 
         # One job: the buckets the new records fall in, and how many records (not markers) each has.
         per_bucket = new.groupBy(BUCKET).agg(F.sum((F.col("op") != SEEN).cast("int")).alias("n")).collect()
@@ -319,8 +321,6 @@ class VersioningRun:
             # Stored even when no row changes now (a parent delete with no children yet): a late
             # child record must still meet it.
             self._store_refreshes(refreshes_new, folder, has_refreshes)
-            new.unpersist()
-            refreshes.unpersist()
             return None
 
         old = self.lake.read_folders(
@@ -352,16 +352,9 @@ class VersioningRun:
             )
         self._index_rows.append(new.select(F.lit(work.name).alias("entity"), BUCKET, PARTITION_COLUMN).distinct())
         self._store_refreshes(refreshes_new, folder, has_refreshes)
-        checks = _check_counts(written, fields)
-        outcome = EntityOutcome(
-            name=work.name,
-            records=record_count,
-            buckets_rewritten=len(affected),
-            **checks,
-        )
-        new.unpersist()
-        refreshes.unpersist()
-        return outcome
+        # Checked with every other entity's rewritten buckets in one aggregation at the end of the run.
+        self._invariants.append(invariant_rows(written, work.name, list(fields)))
+        return EntityOutcome(name=work.name, records=record_count, buckets_rewritten=len(affected))
 
     def _store_refreshes(self, refreshes_new: DataFrame, folder: str, any_new: bool) -> None:
         """Replace the run's hours of the entity's refresh events (skipped when there were and are none)."""
@@ -380,6 +373,8 @@ class VersioningRun:
     def run(self, messages: DataFrame, events: DataFrame) -> tuple[list[EntityOutcome], DataFrame]:
         """Process the run's hours; returns each entity's outcome and the message log written."""
         self._persisted: list[DataFrame] = []
+        self._new_records: list[DataFrame] = []
+        self._invariants: list[DataFrame] = []
         # Child source records, by child entity, produced while mapping their parents.
         self._children: dict[str, list[tuple[DataFrame, str | None, EntityMapping]]] = {}
         try:
@@ -402,14 +397,18 @@ class VersioningRun:
             works, errors = self.plan(source, refreshing)
             errors.append(csv_errors)
             outcomes: list[EntityOutcome] = []
-            all_records: list[DataFrame] = []
             for work in works:
                 if work.definition is not None:
                     self.map_defined(work, errors)
                 outcome = self.process(work)
                 if outcome is not None:
                     outcomes.append(outcome)
-                all_records.extend(r.where(F.col("op") != SEEN).select("message_identifier") for r in work.records)
+            if self._invariants:
+                counts = invariant_counts(self._invariants)
+                for outcome in outcomes:
+                    for name, value in counts.get(outcome.name, {}).items():
+                        setattr(outcome, name, value)
+            all_records = [r.where(F.col("op") != SEEN).select("message_identifier") for r in self._new_records]
 
             errors_df = union_all(errors, RECORD_ERRORS, self.spark)
             self.lake.replace_partitions(errors_df, ERRORS_DS, self.keys)
@@ -449,36 +448,6 @@ def export_rows(table: DataFrame, definition: TargetEntity) -> DataFrame:
     return table.where(F.col(VALID_TO).isNull() & ~F.col(DELETED)).select(
         ident.alias("export_id"), *standard, *business, BUCKET
     )
-
-
-def _check_counts(table: DataFrame, fields: Fields) -> dict[str, int]:
-    """Rows, and rows breaking each invariant, in the rewritten buckets (one aggregation)."""
-    from pyspark.sql import Window
-
-    by_key = Window.partitionBy(GUID).orderBy(VALID_FROM)
-    prov = F.from_json(F.col(FIELD_PROVENANCE), "map<string,string>")
-    missing = [F.when(F.col(n).isNotNull() & ~F.map_contains_key(prov, n), 1).otherwise(0) for n in fields]
-    rows = table.select(
-        GUID,
-        (F.lead(VALID_FROM).over(by_key).eqNullSafe(F.col(VALID_TO)) == F.lit(False)).cast("int").alias("_gap"),
-        F.col(VALID_TO).isNull().cast("int").alias("_open"),
-        (sum(missing, F.lit(0)) > 0).cast("int").alias("_missing"),
-    )
-    per_key = rows.groupBy(GUID).agg(
-        F.count("*").alias("n"), F.sum("_gap").alias("gaps"), F.sum("_open").alias("open"), F.sum("_missing").alias("m")
-    )
-    r = per_key.agg(
-        F.coalesce(F.sum("n"), F.lit(0)).alias("rows"),
-        F.coalesce(F.sum("gaps"), F.lit(0)).alias("gaps"),
-        F.coalesce(F.sum((F.col("open") != 1).cast("int")), F.lit(0)).alias("bad_open"),
-        F.coalesce(F.sum("m"), F.lit(0)).alias("missing"),
-    ).collect()[0]
-    return {
-        "rows_in_rewritten_buckets": int(r["rows"]),
-        "overlapping": int(r["gaps"]),
-        "open_rows_not_one": int(r["bad_open"]),
-        "missing_provenance": int(r["missing"]),
-    }
 
 
 @asset(

@@ -870,11 +870,26 @@ def fold_versions(records: DataFrame) -> DataFrame:
     (no per-group overhead); the fold itself is ``ngsi_assets.ngsi.versioning``.
     """
     ordered = (
-        records.where(F.col("op") != SEEN)
+        records.select(*ENTITY_RECORDS.fieldNames())
+        .where(F.col("op") != SEEN)
         .repartition("guid")
         .sortWithinPartitions("entity", "guid", "effective_ts", "message_identifier", "record_seq", "op")
     )
-    return ordered.mapInArrow(_fold_batches, VERSIONS)
+    return with_known_columns(ordered, ENTITY_RECORDS).mapInArrow(_fold_batches, VERSIONS)
+
+
+def with_known_columns(df: DataFrame, schema: StructType) -> DataFrame:
+    """``df``, telling a Spark Connect client that its columns are ``schema``'s (same names, same order).
+
+    Through Spark Connect, ``mapInArrow`` asks the server for its input's columns before building the
+    plan: an analysis of the whole input, file listings included (measured 0.8 s per fold over 64
+    buckets of two datasets, against a few milliseconds of actual planning). Only the names are used,
+    so the caller must have just selected exactly ``schema``'s columns. A classic (in-process) frame
+    knows its schema already and is returned as it is.
+    """
+    if getattr(df, "_cached_schema", False) is None:  # pyspark.sql.connect.dataframe.DataFrame
+        df._cached_schema = schema
+    return df
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -910,6 +925,50 @@ def typed_versions(versions: DataFrame, fields: dict[str, FieldDef | None]) -> D
         F.col("provenance").alias(FIELD_PROVENANCE),
         "bucket",
     )
+
+
+def invariant_rows(table: DataFrame, entity_name: str, fields: Sequence[str]) -> DataFrame:
+    """(entity, guid, gap, open, missing) per row of a typed table, for ``invariant_counts``.
+
+    ``gap``: the row's valid_to is not the next version's valid_from (or the row is open while a
+    later version exists); ``open``: the row is open; ``missing``: a populated business field has no
+    field_provenance entry.
+    """
+    from pyspark.sql import Window
+
+    by_key = Window.partitionBy(GUID).orderBy(VALID_FROM)
+    prov = F.from_json(F.col(FIELD_PROVENANCE), "map<string,string>")
+    missing = [F.when(F.col(n).isNotNull() & ~F.map_contains_key(prov, n), 1).otherwise(0) for n in fields]
+    return table.select(
+        F.lit(entity_name).alias("entity"),
+        F.col(GUID).alias("guid"),
+        (F.lead(VALID_FROM).over(by_key).eqNullSafe(F.col(VALID_TO)) == F.lit(False)).cast("int").alias("gap"),
+        F.col(VALID_TO).isNull().cast("int").alias("open"),
+        (sum(missing, F.lit(0)) > 0).cast("int").alias("missing"),
+    )
+
+
+INVARIANTS = ("rows_in_rewritten_buckets", "overlapping", "open_rows_not_one", "missing_provenance")
+
+
+def invariant_counts(frames: Sequence[DataFrame]) -> dict[str, dict[str, int]]:
+    """Per entity, its rows and the rows (keys, for the open row) breaking each invariant; one job.
+
+    ``frames`` are ``invariant_rows`` of several entities; the answer is a few numbers per entity.
+    """
+    rows = frames[0]
+    for frame in frames[1:]:
+        rows = rows.unionByName(frame)
+    per_key = rows.groupBy("entity", "guid").agg(
+        F.count("*").alias("n"), F.sum("gap").alias("gaps"), F.sum("open").alias("open"), F.sum("missing").alias("m")
+    )
+    per_entity = per_key.groupBy("entity").agg(
+        F.sum("n").alias(INVARIANTS[0]),
+        F.sum("gaps").alias(INVARIANTS[1]),
+        F.sum((F.col("open") != 1).cast("int")).alias(INVARIANTS[2]),
+        F.sum("m").alias(INVARIANTS[3]),
+    )
+    return {r["entity"]: {k: int(r[k] or 0) for k in INVARIANTS} for r in per_entity.collect()}
 
 
 def live_rows(table: DataFrame, fields: dict[str, FieldDef | None]) -> DataFrame:
