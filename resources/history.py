@@ -272,10 +272,18 @@ class HistoryStore:
             current = self.spark.createDataFrame([], CURRENT)
         else:
             current = current_features(versions, key_fields)
-        diffs = changes(head, current).persist()
-        persisted = [diffs]
+        # The numbering's partitions only spread the work (the order is global): sized from the
+        # previous transaction, so that the changes are counted in the same job as the partitions.
+        shuffle = int(self.spark.conf.get("spark.sql.shuffle.partitions", "8"))
+        parts = shuffle if latest is None else min(shuffle, 1 + (latest.last_i - latest.first_i + 1) // 50_000)
+        ordered = sorted_for_numbering(last_updated_by(changes(head, current), messages), parts).persist()
+        persisted = [ordered]
         try:
-            counts = {int(r[0]): int(r[1]) for r in diffs.groupBy("action").count().collect()}
+            counts: dict[int, int] = {}
+            per_part: dict[int, int] = {}
+            for r in ordered.groupBy("_part", "action").count().collect():
+                counts[int(r["action"])] = counts.get(int(r["action"]), 0) + int(r["count"])
+                per_part[int(r["_part"])] = per_part.get(int(r["_part"]), 0) + int(r["count"])
             total = sum(counts.values())
             if total == 0:
                 self._write_state(folder, {"head_txn": latest.txn if latest else 0, "signatures": now_sigs})
@@ -286,10 +294,6 @@ class HistoryStore:
                 ts = latest.ts  # the wall clock went back: keep tnx non-decreasing
             tnx = tnx_of(ts, txn)
             first_i = (latest.last_i if latest else 0) + 1
-            parts = min(int(self.spark.conf.get("spark.sql.shuffle.partitions", "8")), 1 + total // 50_000)
-            ordered = sorted_for_numbering(last_updated_by(diffs, messages), parts).persist()
-            persisted.append(ordered)
-            per_part = {int(r[0]): int(r[1]) for r in ordered.groupBy("_part").count().collect()}
             rows = number_changes(
                 ordered, offsets=partition_offsets(per_part), first_i=first_i, tnx=tnx, ts=ts, txn=txn
             )
