@@ -42,6 +42,9 @@ COMMITS = "_commits"
 # A journal left by a process on another machine is finished only when it is this old (its process
 # cannot be asked whether it still runs): the writes it records take seconds, not minutes.
 STALE_COMMIT_S = 600.0
+# A staging folder whose writer cannot be asked (another machine, or named before writers were) is
+# removed when it is this old: staging a write takes minutes at most.
+STALE_STAGING_S = 24 * 3600.0
 
 
 def _with_partition_column(schema: StructType) -> StructType:
@@ -233,6 +236,34 @@ def writer_gone(writer: Mapping[str, object], written_at: float, now: float | No
     except PermissionError:
         pass
     return False
+
+
+def _host_tag() -> str:
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def staging_name() -> str:
+    """A fresh staging folder's name: ``w<pid>-<process start>-<host tag>-<uuid>``, so that a later
+    write can tell that the process staging it is gone (``staging_abandoned``)."""
+    start = _process_start(os.getpid()) or "x"
+    return f"w{os.getpid()}-{start}-{_host_tag()}-{uuid.uuid4().hex}"
+
+
+def staging_abandoned(name: str, mtime_s: float, now: float | None = None) -> bool:
+    """Whether a staging folder (or an old folder moved beside it) was left by a write that died.
+
+    Its writer is on this machine and no longer runs (a write of this process is never abandoned: it
+    may be running in another thread); otherwise the folder is older than ``STALE_STAGING_S``.
+    """
+    parts = name.split("-")
+    old_enough = (time.time() if now is None else now) - mtime_s > STALE_STAGING_S
+    if len(parts) < 4 or not parts[0].startswith("w") or not parts[0][1:].isdigit() or parts[2] != _host_tag():
+        return old_enough
+    pid = int(parts[0][1:])
+    if pid == os.getpid():
+        return False
+    writer = {"host": socket.gethostname(), "pid": pid, "start": None if parts[1] == "x" else parts[1]}
+    return writer_gone(writer, mtime_s, now)
 
 
 def apply_steps(fs: LakeFiles, steps: Sequence[Mapping[str, str]]) -> None:
@@ -448,13 +479,32 @@ class LakeResource(ConfigurableResource):
         steps.append({"op": "delete", "uri": staging})
         self._commit(dataset, steps)
 
+    def sweep_staging(self, dataset: str) -> int:
+        """Remove what killed writes of ``dataset`` left in staging (``staging_abandoned``); how many.
+
+        Journals are finished first (``recover``): a journal still to apply may need its staged folders.
+        """
+        self.recover(dataset)  # also validates the name
+        fs = self.files()
+        folder = f"{self.root_uri}/{STAGING}/{dataset}"
+        removed = 0
+        for info in fs._children(folder):
+            if staging_abandoned(info.base_name, (info.mtime_ns or 0) / 1e9):
+                fs.delete(f"{folder}/{info.base_name}")
+                removed += 1
+        return removed
+
     def _stage(
         self, df: DataFrame, dataset: str, column: str, wanted: Sequence[str], no_dictionary: Sequence[str]
     ) -> str:
         """Write ``df`` partitioned by ``column`` to a fresh staging folder; rows for values not in
-        ``wanted`` are a bug in the caller and raise (the staging folder is removed)."""
+        ``wanted`` are a bug in the caller and raise (the staging folder is removed).
+
+        What killed writes of the dataset left in staging is removed first (``sweep_staging``).
+        """
         fs = self.files()
-        staging = f"{self.root_uri}/{STAGING}/{dataset}/{uuid.uuid4().hex}"
+        self.sweep_staging(dataset)
+        staging = f"{self.root_uri}/{STAGING}/{dataset}/{staging_name()}"
         if len(wanted) > 1:
             # Each folder's rows in one task, so each folder gets one file rather than one per task: a
             # run touching 64 buckets from 4 tasks wrote 256 small files (2.1 s against 0.8 s), and

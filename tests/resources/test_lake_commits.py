@@ -15,7 +15,17 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from resources.lake import COMMITS, STAGING, STALE_COMMIT_S, LakeFiles, LakeResource, apply_steps, writer_gone
+from resources.lake import (
+    COMMITS,
+    STAGING,
+    STALE_COMMIT_S,
+    LakeFiles,
+    LakeResource,
+    _process_start,
+    apply_steps,
+    staging_name,
+    writer_gone,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 HOUR = "2026-03-01-10:00"
@@ -291,3 +301,52 @@ def test_a_write_of_several_folders_gives_each_one_file(spark: SparkSession, tmp
     assert len(folders) == 8
     assert [len(list(f.glob("*.parquet"))) for f in folders] == [1] * 8
     assert lake.read_folders(spark, "many", "bucket", None).count() == 400
+
+
+def _staged(root: Path, dataset: str, name: str, age_s: float = 0.0) -> Path:
+    folder = root / STAGING / dataset / name
+    folder.mkdir(parents=True)
+    (folder / "part-0.parquet").write_bytes(b"rows of a write that never finished")
+    if age_s:
+        then = time.time() - age_s
+        os.utime(folder, (then, then))
+    return folder
+
+
+@pytest.mark.spark
+def test_staging_left_by_a_killed_write_is_removed_by_the_next_write_and_nothing_else_is(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A write killed while Spark staged its rows leaves a staging folder no journal names: the next
+    write of the dataset removes it when its process is gone. Staging of live processes (this one,
+    another one) and of other machines stays, unless it is older than ``STALE_STAGING_S``."""
+    root = tmp_path / "lake"
+    lake = LakeResource(root=str(root))
+    tag = staging_name().split("-")[2]
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    alive = subprocess.Popen(["sleep", "300"])
+    try:
+        alive_start = _process_start(alive.pid)
+        left = {
+            "dead writer": _staged(root, "state", f"w{dead_pid}-12345-{tag}-{'a' * 32}"),
+            "dead writer's old folder": _staged(root, "state", f"w{dead_pid}-12345-{tag}-{'a' * 32}-old-3"),
+            "unnamed writer, two days old": _staged(root, "state", "b" * 32, age_s=2 * 86400),
+            "other machine, two days old": _staged(root, "state", f"w1-1-ffffffff-{'c' * 32}", age_s=2 * 86400),
+        }
+        kept = {
+            "this process": _staged(root, "state", staging_name()),
+            "live process": _staged(root, "state", f"w{alive.pid}-{alive_start}-{tag}-{'d' * 32}"),
+            "unnamed writer, fresh": _staged(root, "state", "e" * 32),
+            "other machine, fresh": _staged(root, "state", f"w1-1-ffffffff-{'f' * 32}"),
+            "another dataset": _staged(root, "other", f"w{dead_pid}-12345-{tag}-{'0' * 32}"),
+        }
+        _write_buckets(spark, lake, 1)
+        assert [k for k, p in left.items() if p.exists()] == []
+        assert [k for k, p in kept.items() if not p.exists()] == []
+        assert _bucket_rows(spark, lake) == [(f"k{i}", 1, i % 3) for i in range(6)]
+        assert lake.sweep_staging("state") == 0
+        assert lake.sweep_staging("other") == 1
+    finally:
+        alive.kill()
+        alive.wait()
