@@ -64,6 +64,9 @@ TAGS_DS = "transaction_tags"
 VERSIONS_DS = "versioned_entities"
 STATE_FILE = "_state.json"
 DEFAULT_SCHEMA = "ngsi_history"
+# Versioned-entities Parquet bytes per numbering partition of a space's first transaction (about
+# 50,000 versions).
+FIRST_PART_BYTES = 8 * 2**20
 
 
 def utc_now() -> datetime:
@@ -272,10 +275,15 @@ class HistoryStore:
             current = self.spark.createDataFrame([], CURRENT)
         else:
             current = current_features(versions, key_fields)
-        # The numbering's partitions only spread the work (the order is global): sized from the
-        # previous transaction, so that the changes are counted in the same job as the partitions.
+        # The numbering's partitions only spread the work (the order is global). They are sized before
+        # the changes are counted, so that one job counts them and partitions them: from the previous
+        # transaction's rows, or for a first transaction from the size of the versions it reads (more
+        # than one partition costs a sampling job, worth it from about 50,000 rows).
         shuffle = int(self.spark.conf.get("spark.sql.shuffle.partitions", "8"))
-        parts = shuffle if latest is None else min(shuffle, 1 + (latest.last_i - latest.first_i + 1) // 50_000)
+        if latest is not None:
+            parts = min(shuffle, 1 + (latest.last_i - latest.first_i + 1) // 50_000)
+        else:
+            parts = min(shuffle, 1 + self.fs.tree_bytes(self.lake.folder_uri(VERSIONS_DS, folder)) // FIRST_PART_BYTES)
         ordered = sorted_for_numbering(last_updated_by(changes(head, current), messages), parts).persist()
         persisted = [ordered]
         try:

@@ -184,6 +184,10 @@ class LakeFiles:
             out[folder.base_name[len(prefix) :]] = hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()
         return out
 
+    def tree_bytes(self, uri: str) -> int:
+        """The size of every file under ``uri`` (0 when it does not exist)."""
+        return sum(f.size or 0 for f in self._children(uri, recursive=True) if f.type == pafs.FileType.File)
+
     def list_partition_values(self, uri: str, column: str = PARTITION_COLUMN) -> list[str]:
         prefix = column + "="
         return [
