@@ -18,6 +18,7 @@ left missing, and no increment half moved in.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
@@ -28,6 +29,8 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
@@ -636,14 +639,70 @@ class LakeResource(ConfigurableResource):
             for name, text in named.items():
                 _check_side_file_name(name)
                 fs.write_text(f"{staging}/{column}={value}/{name}", text)
-        target = self.folder_uri(dataset, subfolder)
-        staged = set(fs.list_partition_values(staging, column))
+        self._swap_in(FolderWrite(df, dataset, column, values, subfolder), wanted, staging)
+
+    def replace_together(self, writes: Sequence[FolderWrite]) -> None:
+        """Several ``replace_folders`` at once: every write is staged side by side (Spark runs their jobs
+        concurrently), then each is swapped in, in order.
+
+        Nothing is swapped in before every write is staged, so a write may read what another one
+        replaces (the records a fold reads and the records written beside it). A staging that fails
+        removes the others' and raises; a process killed part way leaves some writes done and others
+        not, which a rerun of the same writes completes, as it would for the same writes in sequence.
+        """
+        todo = [(w, sorted({str(v) for v in w.values})) for w in writes]
+        todo = [(w, wanted) for w, wanted in todo if wanted]
+        for w, _ in todo:
+            self.recover(w.dataset)
+        if len(todo) == 1:
+            ((w, wanted),) = todo
+            self._swap_in(w, wanted, self._stage(w.df, w.dataset, w.column, wanted, w.no_dictionary))
+            return
+        with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="lake-stage") as pool:
+            futures = [
+                pool.submit(self._stage, w.df, w.dataset, w.column, wanted, w.no_dictionary) for w, wanted in todo
+            ]
+            concurrent.futures.wait(futures)
+        failed = [f.exception() for f in futures if f.exception() is not None]
+        if failed:
+            for f in futures:
+                if f.exception() is None:
+                    self.files().delete(f.result())
+            raise failed[0]
+        for (w, wanted), future in zip(todo, futures, strict=True):
+            self._swap_in(w, wanted, future.result())
+
+    def _swap_in(self, write: FolderWrite, wanted: Sequence[str], staging: str) -> None:
+        """Swap the staged folders of ``write`` in (one journal), emptying the wanted ones with no rows."""
+        fs = self.files()
+        target = self.folder_uri(write.dataset, write.subfolder)
+        staged = set(fs.list_partition_values(staging, write.column))
         steps: list[dict[str, str]] = []
         for value in wanted:
-            final, old = f"{target}/{column}={value}", f"{staging}-old-{value}"
+            final, old = f"{target}/{write.column}={value}", f"{staging}-old-{value}"
             if value in staged:
-                steps.append({"op": "swap", "new": f"{staging}/{column}={value}", "final": final, "old": old})
+                steps.append({"op": "swap", "new": f"{staging}/{write.column}={value}", "final": final, "old": old})
             else:
                 steps.append({"op": "empty", "final": final, "old": old})
         steps.append({"op": "delete", "uri": staging})
-        self._commit(dataset, steps)
+        self._commit(write.dataset, steps)
+
+
+@dataclass(frozen=True)
+class FolderWrite:
+    """The arguments of one ``LakeResource.replace_folders``, for ``replace_together``."""
+
+    df: DataFrame
+    dataset: str
+    column: str
+    values: Sequence[object]
+    subfolder: str = ""
+    no_dictionary: Sequence[str] = ()
+
+    @staticmethod
+    def hours(
+        df: DataFrame, dataset: str, partition_keys: Sequence[str], no_dictionary: Sequence[str] = ()
+    ) -> FolderWrite:
+        """A ``replace_partitions`` of ``partition_keys`` (rows with a ``dt`` column)."""
+        dts = sorted({key_to_dt(k) for k in partition_keys})
+        return FolderWrite(df, dataset, PARTITION_COLUMN, dts, no_dictionary=no_dictionary)

@@ -30,7 +30,7 @@ from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.transforms.message_store import build_message_store, parse_landing_lines
 from ngsi_assets.transforms.ngsi_events import ngsi_event_rejects, ngsi_messages, to_ngsi_events
 from ngsi_assets.transforms.schemas import MESSAGE_STORE, NGSI_EVENT_REJECTS, NGSI_EVENTS
-from resources.lake import PARTITION_COLUMN, LakeResource, key_to_dt
+from resources.lake import PARTITION_COLUMN, FolderWrite, LakeResource, key_to_dt
 from resources.landing import LandingZoneResource
 
 GROUP = "ingest"
@@ -248,8 +248,12 @@ def ngsi_events(
     inc = Increment.from_tags(context.run.tags)
     if inc is None:
         messages = lake.read(session, "message_store", MESSAGE_STORE, keys)
-        lake.replace_partitions(to_ngsi_events(messages), "ngsi_events", keys)
-        lake.replace_partitions(ngsi_event_rejects(messages), "ngsi_event_rejects", keys)
+        lake.replace_together(
+            [
+                FolderWrite.hours(to_ngsi_events(messages), "ngsi_events", keys),
+                FolderWrite.hours(ngsi_event_rejects(messages), "ngsi_event_rejects", keys),
+            ]
+        )
         events = lake.read(session, "ngsi_events", NGSI_EVENTS, keys)
         rejects = lake.read(session, "ngsi_event_rejects", NGSI_EVENT_REJECTS, keys)
     else:

@@ -45,7 +45,7 @@ from ngsi_assets.transforms.sth import (
     unaccounted_samples,
     with_tombstones,
 )
-from resources.lake import LakeResource, key_to_dt
+from resources.lake import FolderWrite, LakeResource, key_to_dt
 from resources.mongo import MongoResource
 from resources.sth_mongo import STHSinkResource
 
@@ -147,9 +147,13 @@ def _materialize(
     # Three consumers (rejects, partials, counts): classify (and name) each event once.
     classified = classify_events(events, config).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        lake.replace_partitions(sth_rejects(classified), REJECTS, keys)
         old = lake.read(session, PARTIALS, STH_PARTIALS, keys)
-        lake.replace_partitions(with_tombstones(sth_partials(classified, config.resolutions), old), PARTIALS, keys)
+        lake.replace_together(
+            [
+                FolderWrite.hours(sth_rejects(classified), REJECTS, keys),
+                FolderWrite.hours(with_tombstones(sth_partials(classified, config.resolutions), old), PARTIALS, keys),
+            ]
+        )
         deletes = F.when(F.col("reason") == REASON_DELETE, F.lit("delete")).otherwise(F.col("status"))
         by_status = {r["fate"]: int(r["count"]) for r in classified.groupBy(deletes.alias("fate")).count().collect()}
     finally:

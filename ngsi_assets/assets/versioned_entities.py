@@ -77,7 +77,7 @@ from ngsi_assets.transforms.versioned_entities import (
     typed_versions,
     union_all,
 )
-from resources.lake import PARTITION_COLUMN, LakeResource, key_to_dt
+from resources.lake import PARTITION_COLUMN, FolderWrite, LakeResource, key_to_dt
 from resources.versioning import VersioningResource
 
 GROUP = "entities"
@@ -341,8 +341,14 @@ class VersioningRun:
         existing = self.table(work, fields, affected)
         if existing is not None:
             versions = versions.unionByName(existing.join(touched, GUID, "left_anti"))
-        self.lake.replace_folders(versions, VERSIONS_DS, BUCKET, affected, subfolder=folder)
-        self.lake.replace_folders(records, RECORDS_DS, BUCKET, affected, subfolder=folder)
+        # Side by side: the fold reads the records that are replaced beside it, and nothing is swapped
+        # in before both are staged.
+        self.lake.replace_together(
+            [
+                FolderWrite(versions, VERSIONS_DS, BUCKET, affected, subfolder=folder),
+                FolderWrite(records, RECORDS_DS, BUCKET, affected, subfolder=folder),
+            ]
+        )
 
         # No rows at all (say, only deletes of keys never inserted): an empty table of the right shape.
         written = self.table(work, fields, affected) or self.spark.createDataFrame([], _table_schema(fields))
@@ -410,9 +416,8 @@ class VersioningRun:
                         setattr(outcome, name, value)
             all_records = [r.where(F.col("op") != SEEN).select("message_identifier") for r in self._new_records]
 
-            errors_df = union_all(errors, RECORD_ERRORS, self.spark)
-            self.lake.replace_partitions(errors_df, ERRORS_DS, self.keys)
-            errors_written = self.lake.read(self.spark, ERRORS_DS, RECORD_ERRORS, self.keys)
+            errors_df = union_all(errors, RECORD_ERRORS, self.spark).persist()
+            self._persisted.append(errors_df)
             processed = (
                 source.select("message_identifier", PARTITION_COLUMN)
                 .union(csv_errors.select("message_identifier", PARTITION_COLUMN))
@@ -422,8 +427,14 @@ class VersioningRun:
             records_df = union_all(
                 all_records, StructType([StructField("message_identifier", StringType())]), self.spark
             )
-            self.lake.replace_partitions(message_log(processed, records_df, errors_written), LOG_DS, self.keys)
-            self.lake.replace_partitions(union_all(self._index_rows, INDEX_DT, self.spark), INDEX_DS, self.keys)
+            # Three small writes, latency rather than work: side by side.
+            self.lake.replace_together(
+                [
+                    FolderWrite.hours(errors_df, ERRORS_DS, self.keys),
+                    FolderWrite.hours(message_log(processed, records_df, errors_df), LOG_DS, self.keys),
+                    FolderWrite.hours(union_all(self._index_rows, INDEX_DT, self.spark), INDEX_DS, self.keys),
+                ]
+            )
             return outcomes, self.lake.read(self.spark, LOG_DS, MESSAGE_LOG, self.keys)
         finally:
             # Also on failure: a run in a long-lived session (tests, notebooks) must not leak cache.

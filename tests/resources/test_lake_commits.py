@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from resources.lake import (
     COMMITS,
     STAGING,
     STALE_COMMIT_S,
+    FolderWrite,
     LakeFiles,
     LakeResource,
     _process_start,
@@ -350,3 +352,48 @@ def test_staging_left_by_a_killed_write_is_removed_by_the_next_write_and_nothing
     finally:
         alive.kill()
         alive.wait()
+
+
+@pytest.mark.spark
+def test_replace_together_stages_every_write_before_swapping_any(spark: SparkSession, tmp_path: Path) -> None:
+    """A write computed from the folders another write of the same call replaces reads them as they were
+    before the call, and the folders of both end up replaced."""
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    _write_buckets(spark, lake, 1)
+    before = lake.read_folders(spark, "state", "bucket", [0, 1, 2], subfolder="pg")
+    assert before is not None
+    copy = before.select("k", (F.col("v") * 10).alias("v"), "bucket")
+    replaced = spark.createDataFrame([("z", 2, 0)], "k string, v int, bucket int")
+    lake.replace_together(
+        [
+            FolderWrite(replaced, "state", "bucket", [0, 1, 2], subfolder="pg"),
+            FolderWrite(copy, "copy", "bucket", [0, 1, 2]),
+        ]
+    )
+    assert _bucket_rows(spark, lake) == [("z", 2, 0)]
+    copied = lake.read_folders(spark, "copy", "bucket", None)
+    assert copied is not None
+    assert sorted(tuple(r) for r in copied.select("k", "v", "bucket").collect()) == [
+        (f"k{i}", 10, i % 3) for i in range(6)
+    ]
+    assert not any(p.is_dir() for p in (tmp_path / "lake" / STAGING / "state").iterdir())
+
+
+@pytest.mark.spark
+def test_replace_together_swaps_nothing_when_one_write_fails(spark: SparkSession, tmp_path: Path) -> None:
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    _write_buckets(spark, lake, 1)
+    good = spark.createDataFrame([("z", 2, 0)], "k string, v int, bucket int")
+    stray = spark.createDataFrame([("y", 3, 7)], "k string, v int, bucket int")  # bucket 7 was not asked for
+    with pytest.raises(ValueError, match=r"rows for bucket \['7'\]"):
+        lake.replace_together(
+            [
+                FolderWrite(good, "state", "bucket", [0, 1, 2], subfolder="pg"),
+                FolderWrite(stray, "other", "bucket", [0]),
+            ]
+        )
+    assert _bucket_rows(spark, lake) == [(f"k{i}", 1, i % 3) for i in range(6)]
+    assert lake.read_folders(spark, "other", "bucket", None) is None
+    for dataset in ("state", "other"):
+        folder = tmp_path / "lake" / STAGING / dataset
+        assert not folder.exists() or not any(folder.iterdir())
