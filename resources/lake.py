@@ -18,7 +18,6 @@ left missing, and no increment half moved in.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
@@ -416,9 +415,11 @@ class LakeResource(ConfigurableResource):
         ``hour_files`` ({partition key: {name: text}}) are small files written into the staged hour
         folders, so they are swapped in with the rows (names start with ``_``: Spark skips them).
         """
-        dts = sorted({key_to_dt(k) for k in partition_keys})
         files = {key_to_dt(k): v for k, v in (hour_files or {}).items()}
-        self.replace_folders(df, dataset, PARTITION_COLUMN, dts, no_dictionary=no_dictionary, folder_files=files)
+        hours = FolderWrite.hours(df, dataset, partition_keys)
+        self.replace_folders(
+            df, dataset, PARTITION_COLUMN, hours.values, no_dictionary=no_dictionary, folder_files=files
+        )
 
     # ---- increments: rows appended to an hour by a continuous run, replaceable as a unit ----------
 
@@ -492,6 +493,10 @@ class LakeResource(ConfigurableResource):
         Journals are finished first (``recover``): a journal still to apply may need its staged folders.
         """
         self.recover(dataset)  # also validates the name
+        return self._sweep(dataset)
+
+    def _sweep(self, dataset: str) -> int:
+        """``sweep_staging`` for a caller that has just finished the dataset's journals."""
         fs = self.files()
         folder = f"{self.root_uri}/{STAGING}/{dataset}"
         removed = 0
@@ -507,10 +512,11 @@ class LakeResource(ConfigurableResource):
         """Write ``df`` partitioned by ``column`` to a fresh staging folder; rows for values not in
         ``wanted`` are a bug in the caller and raise (the staging folder is removed).
 
-        What killed writes of the dataset left in staging is removed first (``sweep_staging``).
+        Callers finish the dataset's journals first (``recover``); then what killed writes of the
+        dataset left in staging is removed (``sweep_staging``).
         """
         fs = self.files()
-        self.sweep_staging(dataset)
+        self._sweep(dataset)
         staging = f"{self.root_uri}/{STAGING}/{dataset}/{staging_name()}"
         if len(wanted) > 1:
             # Each folder's rows in one task, so each folder gets one file rather than one per task: a
@@ -654,15 +660,11 @@ class LakeResource(ConfigurableResource):
         todo = [(w, wanted) for w, wanted in todo if wanted]
         for w, _ in todo:
             self.recover(w.dataset)
-        if len(todo) == 1:
-            ((w, wanted),) = todo
-            self._swap_in(w, wanted, self._stage(w.df, w.dataset, w.column, wanted, w.no_dictionary))
-            return
+        # Leaving the pool waits for every staging, failed or not.
         with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="lake-stage") as pool:
             futures = [
                 pool.submit(self._stage, w.df, w.dataset, w.column, wanted, w.no_dictionary) for w, wanted in todo
             ]
-            concurrent.futures.wait(futures)
         failed = [f.exception() for f in futures if f.exception() is not None]
         if failed:
             for f in futures:

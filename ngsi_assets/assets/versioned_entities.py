@@ -13,7 +13,7 @@ A run re-folds only the keys its hours touch, and rewrites only the buckets they
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dagster import (
     AssetCheckResult,
@@ -411,9 +411,7 @@ class VersioningRun:
                     outcomes.append(outcome)
             if self._invariants:
                 counts = invariant_counts(self._invariants)
-                for outcome in outcomes:
-                    for name, value in counts.get(outcome.name, {}).items():
-                        setattr(outcome, name, value)
+                outcomes = [replace(o, **counts.get(o.name, {})) for o in outcomes]
             all_records = [r.where(F.col("op") != SEEN).select("message_identifier") for r in self._new_records]
 
             errors_df = union_all(errors, RECORD_ERRORS, self.spark).persist()
@@ -424,9 +422,7 @@ class VersioningRun:
                 .union(refreshing.select("message_identifier", PARTITION_COLUMN))
                 .distinct()
             )
-            records_df = union_all(
-                all_records, StructType([StructField("message_identifier", StringType())]), self.spark
-            )
+            records_df = union_all(all_records, _MESSAGE_IDS, self.spark)
             # Three small writes, latency rather than work: side by side.
             self.lake.replace_together(
                 [
