@@ -12,7 +12,8 @@ Layout, per space (``<folder>`` = ``entity_folder(space)``):
 A transaction writes its history rows, then its record (the commit point), then HEAD and the state.
 Recovery at the start of the next one deletes history rows no record commits (a crash before the
 commit) and replays committed rows onto HEAD when the state says HEAD is behind (a crash after it), so
-a crash at any point neither loses a committed change nor writes one twice.
+a crash at any point neither loses a committed change nor writes one twice. ``record_all`` does this
+for several spaces: rows side by side, records one after the other in the order given, HEADs side by side.
 
 One writer at a time: on a local lake an exclusive ``flock`` on ``<root>/transaction_log/.lock``; on
 object storage give the ``transaction_history`` Dagster pool a limit of 1.
@@ -21,9 +22,10 @@ object storage give the ``transaction_history`` Dagster pool a limit of 1.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -56,6 +58,7 @@ from ngsi_assets.transforms.transaction_history import (
     transaction_faults,
 )
 from resources.lake import LakeResource
+from resources.parallel import DEFAULT_WORKERS, results, side_by_side
 
 HISTORY_DS = "transaction_history"
 LOG_DS = "transaction_log"
@@ -116,6 +119,24 @@ class Verification:
     chain_breaks: int
     break_examples: list[dict[str, Any]]
     uuid_faults: int
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """A space's next transaction whose rows are written and verified, not yet committed."""
+
+    space: str
+    folder: str
+    txn: int
+    tnx: int
+    ts: datetime
+    first_i: int
+    total: int
+    counts: dict[int, int]
+    changed_buckets: list[int]
+    now_sigs: dict[str, str]
+    head: DataFrame  # HEAD's rows of the changed buckets before the transaction
+    verification: Verification
 
 
 class HistoryError(ValueError):
@@ -258,6 +279,59 @@ class HistoryStore:
         commit, or None when nothing changed (then nothing is written but the bucket signatures).
         Call it inside ``writer_lock``.
         """
+        commits = self.record_all(
+            {space: key_fields},
+            messages,
+            tables={space: table or space},
+            commit_msg=commit_msg,
+            commit_json=commit_json,
+        )
+        return commits[0] if commits else None
+
+    def record_all(
+        self,
+        spaces: Mapping[str, Sequence[str]],
+        messages: DataFrame,
+        *,
+        tables: Mapping[str, str] | None = None,
+        commit_msg: str = "",
+        commit_json: dict[str, Any] | None = None,
+        workers: int = DEFAULT_WORKERS,
+    ) -> list[Commit]:
+        """``record`` for several spaces (space -> key fields) at one transaction time; the commits made,
+        in the order of ``spaces``. Call it inside ``writer_lock``.
+
+        The spaces are compared and their rows written side by side; the transactions are then
+        committed one after the other in the order of ``spaces`` (so their global ids follow it), and
+        HEAD moves side by side again. A crash at any point leaves each space as ``record`` would.
+        """
+        now = self.clock().astimezone(UTC)
+        staged = results(
+            side_by_side(
+                [functools.partial(self._stage_transaction, s, tuple(k), messages, now) for s, k in spaces.items()],
+                name="history-space",
+                workers=workers,
+            )
+        )
+        commits = [
+            self._commit_staged(st, (tables or {}).get(st.space, st.space), commit_msg, commit_json or {})
+            for st in staged
+            if st is not None
+        ]
+        results(
+            side_by_side(
+                [functools.partial(self._advance_head, st) for st in staged if st is not None],
+                name="history-head",
+                workers=workers,
+            )
+        )
+        return commits
+
+    def _stage_transaction(
+        self, space: str, key_fields: Sequence[str], messages: DataFrame, now: datetime
+    ) -> _Staged | None:
+        """The space's changes since HEAD, numbered and written as its next transaction's rows (not yet
+        committed) and verified; None when nothing changed (the bucket signatures are then saved)."""
         folder = entity_folder(space)
         self.recover(folder)
         state = self._read_state(folder)
@@ -285,7 +359,6 @@ class HistoryStore:
         else:
             parts = min(shuffle, 1 + self.fs.tree_bytes(self.lake.folder_uri(VERSIONS_DS, folder)) // FIRST_PART_BYTES)
         ordered = sorted_for_numbering(last_updated_by(changes(head, current), messages), parts).persist()
-        persisted = [ordered]
         try:
             counts: dict[int, int] = {}
             per_part: dict[int, int] = {}
@@ -297,44 +370,54 @@ class HistoryStore:
                 self._write_state(folder, {"head_txn": latest.txn if latest else 0, "signatures": now_sigs})
                 return None
             txn = (latest.txn if latest else 0) + 1
-            ts = self.clock().astimezone(UTC)
-            if latest is not None and ts < latest.ts:
-                ts = latest.ts  # the wall clock went back: keep tnx non-decreasing
+            # The wall clock went back: keep tnx non-decreasing.
+            ts = max(now, latest.ts) if latest is not None else now
             tnx = tnx_of(ts, txn)
             first_i = (latest.last_i if latest else 0) + 1
             rows = number_changes(
                 ordered, offsets=partition_offsets(per_part), first_i=first_i, tnx=tnx, ts=ts, txn=txn
             )
             self.lake.replace_folders(rows, HISTORY_DS, TXN, [txn], subfolder=folder)
-            written = self._history_rows(folder, [txn])
-            # Checked against HEAD before it moves: the new rows and their features' previous ones.
-            verification = self._verify(head, written, first_i, first_i + total - 1)
-            global_id = 1 + max((c.id for c in (self.latest(f) for f in self.folders()) if c is not None), default=0)
-            commit = Commit(
-                space=space,
-                txn=txn,
-                tnx=tnx,
-                ts=ts,
-                id=global_id,
-                schema=self.schema,
-                table=table or space,
-                commit_msg=commit_msg,
-                commit_json={
-                    **(commit_json or {}),
-                    "first_i": first_i,
-                    "last_i": first_i + total - 1,
-                    "actions": {Action(a).name: n for a, n in sorted(counts.items())},
-                    "buckets": changed_buckets,
-                },
-            )
-            self.fs.write_text(f"{self._log_uri(folder)}/{txn:012d}.json", commit.to_json())
-            self.lake.replace_folders(advance_head(head, written), HEAD_DS, BUCKET, changed_buckets, subfolder=folder)
-            self._write_state(folder, {"head_txn": txn, "signatures": now_sigs})
-            self.verifications[(space, txn)] = verification
-            return commit
         finally:
-            for frame in persisted:
-                frame.unpersist()
+            ordered.unpersist()
+        written = self._history_rows(folder, [txn])
+        # Checked against HEAD before it moves: the new rows and their features' previous ones.
+        verification = self._verify(head, written, first_i, first_i + total - 1)
+        return _Staged(
+            space, folder, txn, tnx, ts, first_i, total, counts, changed_buckets, now_sigs, head, verification
+        )
+
+    def _commit_staged(self, st: _Staged, table: str, commit_msg: str, commit_json: dict[str, Any]) -> Commit:
+        """Write the transaction's record: the commit point (global ids are given out one at a time)."""
+        global_id = 1 + max((c.id for c in (self.latest(f) for f in self.folders()) if c is not None), default=0)
+        commit = Commit(
+            space=st.space,
+            txn=st.txn,
+            tnx=st.tnx,
+            ts=st.ts,
+            id=global_id,
+            schema=self.schema,
+            table=table,
+            commit_msg=commit_msg,
+            commit_json={
+                **commit_json,
+                "first_i": st.first_i,
+                "last_i": st.first_i + st.total - 1,
+                "actions": {Action(a).name: n for a, n in sorted(st.counts.items())},
+                "buckets": st.changed_buckets,
+            },
+        )
+        self.fs.write_text(f"{self._log_uri(st.folder)}/{st.txn:012d}.json", commit.to_json())
+        self.verifications[(st.space, st.txn)] = st.verification
+        return commit
+
+    def _advance_head(self, st: _Staged) -> None:
+        """Move HEAD past a committed transaction (``recover`` does it when a crash came first)."""
+        written = self._history_rows(st.folder, [st.txn])
+        self.lake.replace_folders(
+            advance_head(st.head, written), HEAD_DS, BUCKET, st.changed_buckets, subfolder=st.folder
+        )
+        self._write_state(st.folder, {"head_txn": st.txn, "signatures": st.now_sigs})
 
     def _verify(self, tips: DataFrame, rows: DataFrame, first_i: int, last_i: int) -> Verification:
         faults = transaction_faults(tips, rows, first_i, last_i).persist()

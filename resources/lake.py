@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -28,7 +29,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -37,6 +37,8 @@ from dagster import ConfigurableResource
 from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StringType, StructField, StructType
+
+from resources.parallel import results, side_by_side
 
 PARTITION_COLUMN = "dt"
 STAGING = "_staging"
@@ -660,19 +662,17 @@ class LakeResource(ConfigurableResource):
         todo = [(w, wanted) for w, wanted in todo if wanted]
         for w, _ in todo:
             self.recover(w.dataset)
-        # Leaving the pool waits for every staging, failed or not.
-        with ThreadPoolExecutor(max_workers=max(1, len(todo)), thread_name_prefix="lake-stage") as pool:
-            futures = [
-                pool.submit(self._stage, w.df, w.dataset, w.column, wanted, w.no_dictionary) for w, wanted in todo
-            ]
-        failed = [f.exception() for f in futures if f.exception() is not None]
-        if failed:
+        futures = side_by_side(
+            [functools.partial(self._stage, w.df, w.dataset, w.column, wanted, w.no_dictionary) for w, wanted in todo],
+            name="lake-stage",
+            workers=len(todo),
+        )
+        if any(f.exception() is not None for f in futures):
             for f in futures:
                 if f.exception() is None:
                     self.files().delete(f.result())
-            raise failed[0]
-        for (w, wanted), future in zip(todo, futures, strict=True):
-            self._swap_in(w, wanted, future.result())
+        for (w, wanted), staging in zip(todo, results(futures), strict=True):
+            self._swap_in(w, wanted, staging)
 
     def _swap_in(self, write: FolderWrite, wanted: Sequence[str], staging: str) -> None:
         """Swap the staged folders of ``write`` in (one journal), emptying the wanted ones with no rows."""

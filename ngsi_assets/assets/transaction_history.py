@@ -124,19 +124,16 @@ def transaction_history(
         "message_identifier", "user", "source_system"
     )
     indexed = [r[0] for r in lake.read(session, INDEX_DS, INDEX_DT, keys).select("entity").distinct().collect()]
-    commits: list[Commit] = []
     with store.writer_lock():
-        for space, key_fields in spaces_to_examine(store, schema, indexed).items():
-            commit = store.record(
-                space,
-                key_fields,
-                messages,
-                commit_msg=f"dagster run {context.run_id}",
-                commit_json={"run_id": context.run_id, "partitions": [keys[0], keys[-1]], "hours": len(keys)},
-            )
-            if commit is not None:
-                context.log.info(f"space {space!r}: transaction {commit.txn} tnx {commit.tnx} {commit.commit_json}")
-                commits.append(commit)
+        # Every space at one transaction time, compared side by side, committed in name order.
+        commits = store.record_all(
+            spaces_to_examine(store, schema, indexed),
+            messages,
+            commit_msg=f"dagster run {context.run_id}",
+            commit_json={"run_id": context.run_id, "partitions": [keys[0], keys[-1]], "hours": len(keys)},
+        )
+    for commit in commits:
+        context.log.info(f"space {commit.space!r}: transaction {commit.txn} tnx {commit.tnx} {commit.commit_json}")
     published = history.publish(session, store) if history.postgres_url else {"skipped": "no PostgreSQL configured"}
     return MaterializeResult(
         metadata={

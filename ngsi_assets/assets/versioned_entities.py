@@ -12,6 +12,7 @@ and ``message_log`` (each processed message's status and error text).
 A run re-folds only the keys its hours touch, and rewrites only the buckets they fall in.
 """
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -78,6 +79,7 @@ from ngsi_assets.transforms.versioned_entities import (
     union_all,
 )
 from resources.lake import PARTITION_COLUMN, FolderWrite, LakeResource, key_to_dt
+from resources.parallel import DEFAULT_WORKERS, results, side_by_side
 from resources.versioning import VersioningResource
 
 GROUP = "entities"
@@ -140,9 +142,16 @@ class VersioningRun:
     """One materialization: the I/O around the pure transforms, entity by entity in link order."""
 
     def __init__(
-        self, spark: SparkSession, lake: LakeResource, schema: EntitySchema, buckets: int, keys: Sequence[str]
+        self,
+        spark: SparkSession,
+        lake: LakeResource,
+        schema: EntitySchema,
+        buckets: int,
+        keys: Sequence[str],
+        workers: int = DEFAULT_WORKERS,
     ) -> None:
         self.spark = spark
+        self.workers = workers
         self.lake = lake
         self.schema = schema
         self.buckets = buckets
@@ -402,13 +411,27 @@ class VersioningRun:
             self._index_rows: list[DataFrame] = []
             works, errors = self.plan(source, refreshing)
             errors.append(csv_errors)
-            outcomes: list[EntityOutcome] = []
-            for work in works:
-                if work.definition is not None:
+            defined = [w for w in works if w.definition is not None]
+
+            def in_link_order() -> list[EntityOutcome | None]:
+                # A schema entity reads the tables of the entities it links to, and its children come
+                # from its parent's mapping: one after the other.
+                out = []
+                for work in defined:
                     self.map_defined(work, errors)
-                outcome = self.process(work)
-                if outcome is not None:
-                    outcomes.append(outcome)
+                    out.append(self.process(work))
+                return out
+
+            # Default NGSI entities depend on nothing but their own records: each beside the others and
+            # beside the schema's chain (their small jobs overlap rather than queue).
+            done = results(
+                side_by_side(
+                    [in_link_order, *[functools.partial(self.process, w) for w in works if w.definition is None]],
+                    name="entity",
+                    workers=self.workers,
+                )
+            )
+            outcomes = [o for o in [*done[0], *done[1:]] if o is not None]
             if self._invariants:
                 counts = invariant_counts(self._invariants)
                 outcomes = [replace(o, **counts.get(o.name, {})) for o in outcomes]

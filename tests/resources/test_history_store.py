@@ -48,7 +48,7 @@ class Clock:
         return self.now
 
 
-def write_table(spark: SparkSession, lake: LakeResource, step: Step, n: int) -> None:
+def write_table(spark: SparkSession, lake: LakeResource, step: Step, n: int, space: str = SPACE) -> None:
     """The space's versioned-entities table holding ``step`` (every bucket replaced, empty ones too)."""
     rows = []
     for key, (deleted, name, size) in sorted(step.items()):
@@ -59,7 +59,7 @@ def write_table(spark: SparkSession, lake: LakeResource, step: Step, n: int) -> 
             prov["size"] = {"m": f"m{n}", "p": 0}
         rows.append(
             (
-                guid_of(SPACE, json.dumps([key])),
+                guid_of(space, json.dumps([key])),
                 datetime(2026, 1, 1) + timedelta(hours=n),
                 None,
                 deleted,
@@ -71,7 +71,7 @@ def write_table(spark: SparkSession, lake: LakeResource, step: Step, n: int) -> 
             )
         )
     df = spark.createDataFrame(rows, TABLE).withColumn("bucket", bucket_column(F.col("guid"), BUCKETS))
-    lake.replace_folders(df, "versioned_entities", "bucket", list(range(BUCKETS)), subfolder=entity_folder(SPACE))
+    lake.replace_folders(df, "versioned_entities", "bucket", list(range(BUCKETS)), subfolder=entity_folder(space))
 
 
 def record(store: HistoryStore, spark: SparkSession, n: int):
@@ -297,3 +297,43 @@ def test_record_finds_a_transaction_that_breaks_chains_and_repeats_uuids(
         "uuids_unique": True,
         "tnx_non_decreasing": True,
     }
+
+
+def test_spaces_recorded_together_equal_spaces_recorded_one_by_one(spark: SparkSession, tmp_path: Path) -> None:
+    """``record_all`` compares the spaces side by side but commits them in the order given: the same
+    rows, HEAD and records as ``record`` space after space at the same time, global ids in that order."""
+    at = datetime(2026, 5, 1, 8, 0, tzinfo=UTC)
+    spaces = {"gamma": ("code",), "alpha": ("code",), "beta": ("code",), "unchanged": ("code",)}
+    steps = [
+        {"gamma": {"A": (False, "x", 1)}, "alpha": {"A": (False, "y", None), "B": (True, None, 2)}, "beta": {}},
+        {"gamma": {"A": (False, "y", 1)}, "alpha": {"B": (False, "x", 2)}, "beta": {"C": (False, None, None)}},
+    ]
+    messages = spark.createDataFrame(
+        [("m1", "u", "s"), ("m2", None, "s")], "message_identifier string, user string, source_system string"
+    )
+
+    def run(together: bool) -> tuple[LakeResource, HistoryStore, list]:
+        lake = LakeResource(root=str(tmp_path / ("together" if together else "apart") / "lake"))
+        store = HistoryStore(spark, lake, clock=lambda: at)
+        made = []
+        for n, step in enumerate(steps, start=1):
+            for space, rows in step.items():
+                write_table(spark, lake, rows, n, space)
+            with store.writer_lock():
+                if together:
+                    made.append([c.space for c in store.record_all(spaces, messages, commit_msg="c")])
+                else:
+                    made.append(
+                        [c.space for s, k in spaces.items() if (c := store.record(s, k, messages, commit_msg="c"))]
+                    )
+        return lake, store, made
+
+    _, together, made_together = run(True)
+    _, apart, made_apart = run(False)
+    assert made_together == made_apart == [["gamma", "alpha"], ["gamma", "alpha", "beta"]]
+    assert [c.as_dict() for c in together.transactions()] == [c.as_dict() for c in apart.transactions()]
+    assert [c.space for c in together.transactions()] == ["gamma", "alpha", "gamma", "alpha", "beta"]
+    for space in ("alpha", "beta", "gamma"):
+        history = sorted(map(str, together.history(space).drop("ts").collect()))
+        assert history and history == sorted(map(str, apart.history(space).drop("ts").collect()))
+        assert sorted(map(str, together.head(space).collect())) == sorted(map(str, apart.head(space).collect()))
