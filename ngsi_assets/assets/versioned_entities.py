@@ -72,6 +72,7 @@ from ngsi_assets.transforms.versioned_entities import (
     message_refreshes,
     ngsi_source_records,
     record_keys,
+    record_stats,
     refresh_deletes,
     refresh_messages,
     table_keys,
@@ -104,6 +105,10 @@ class EntityWork:
     definition: TargetEntity | None  # None: a default NGSI entity (text fields, NGSI keys)
     records: list[DataFrame] = field(default_factory=list)
     refreshes: list[DataFrame] = field(default_factory=list)
+    # Default NGSI entities are mapped in one pass: their bucketed records of the run (a filter of one
+    # cached frame), and per bucket how many records and which field names (one job for all of them).
+    new: DataFrame | None = None
+    stats: dict[int, tuple[int, list[str]]] | None = None
 
 
 @dataclass
@@ -168,7 +173,9 @@ class VersioningRun:
         existing = self.lake.read_folders(self.spark, VERSIONS_DS, BUCKET, None, subfolder=entity_folder(work.name))
         if existing is not None:
             names |= {c for c in existing.columns if c not in STANDARD_FIELDS and c != BUCKET}
-        if new_records is not None:
+        if work.stats is not None:
+            names |= {n for _, field_names in work.stats.values() for n in field_names}
+        elif new_records is not None:
             names |= {r[0] for r in new_records.select(F.explode(F.map_keys("fields"))).distinct().collect()}
         ordered = [*NGSI_KEYS, NGSI_ENTITY_TYPE]
         return {n: None for n in ordered + sorted(names - set(ordered))}
@@ -207,6 +214,7 @@ class VersioningRun:
         defaults: dict[str, EntityWork] = {}
         errors: list[DataFrame] = []
         pending: dict[str, list[tuple[DataFrame, EntityMapping]]] = {n: [] for n in order}
+        default_types: list[str | None] = []  # NGSI types (None: no type) that no mapping takes
         for system, entity in sorted(combos, key=lambda c: (c[0] or "", c[1] or "")):
             of_combo = (F.col("source_entity").eqNullSafe(F.lit(entity))) & (
                 F.col("source_system").eqNullSafe(F.lit(system))
@@ -220,10 +228,9 @@ class VersioningRun:
                             message_refreshes(refreshing.where(of_combo), m.reference, m)
                         )
             elif system == NGSI_SOURCE_SYSTEM:
-                mapped = map_ngsi_default(source.where(of_combo))
-                errors.append(mapped.errors)
+                default_types.append(entity)
                 if entity is not None:
-                    defaults.setdefault(entity, EntityWork(entity, None)).records.append(mapped.records)
+                    defaults.setdefault(entity, EntityWork(entity, None))
             else:
                 errors.append(
                     source.where(of_combo).select(
@@ -242,7 +249,35 @@ class VersioningRun:
             name = r["entity"]
             if name not in works and name not in defaults:
                 defaults[name] = EntityWork(name, None)
+        if default_types:
+            # Every NGSI type the schema does not map, in one pass (the types are in the records).
+            named = sorted(t for t in default_types if t is not None)
+            unmapped = F.col("source_entity").isin(named) if named else F.lit(False)
+            if None in default_types:
+                unmapped = unmapped | F.col("source_entity").isNull()
+            mapped = map_ngsi_default(source.where((F.col("source_system") == NGSI_SOURCE_SYSTEM) & unmapped))
+            errors.append(mapped.errors)
+            self._split_defaults(mapped.records, [defaults[n] for n in sorted(defaults)])
+        else:
+            self._split_defaults(None, [defaults[n] for n in sorted(defaults)])
         return [*[works[n] for n in order], *[defaults[n] for n in sorted(defaults)]], errors
+
+    def _split_defaults(self, records: DataFrame | None, works: list[EntityWork]) -> None:
+        """Give each default NGSI entity its share of the run's records, cached once, with its stats."""
+        if not works:
+            return
+        if records is None:
+            records = self.spark.createDataFrame([], _RECORDS_NO_BUCKET)
+        bucketed = records.withColumn(BUCKET, bucket_column(F.col("guid"), self.buckets)).persist()
+        self._persisted.append(bucketed)
+        self._new_records.append(bucketed)
+        self._index_rows.append(bucketed.select("entity", BUCKET, PARTITION_COLUMN).distinct())
+        stats: dict[str, dict[int, tuple[int, list[str]]]] = {}
+        for r in record_stats(bucketed, BUCKET).collect():
+            stats.setdefault(r["entity"], {})[int(r[BUCKET])] = (int(r["records"] or 0), list(r["field_names"]))
+        for work in works:
+            work.new = bucketed.where(F.col("entity") == work.name)
+            work.stats = stats.get(work.name, {})
 
     def _indexed(self) -> DataFrame:
         return self.lake.read(self.spark, INDEX_DS, INDEX, self.keys)
@@ -293,11 +328,13 @@ class VersioningRun:
     def process(self, work: EntityWork) -> EntityOutcome | None:
         """Fold the keys this run touches for one entity and rewrite their buckets."""
         folder = entity_folder(work.name)
-        new = union_all(work.records, _RECORDS_NO_BUCKET, self.spark)
-        # Kept until the run ends: the message log and the record index read it again.
-        new = new.withColumn(BUCKET, bucket_column(F.col("guid"), self.buckets)).persist()
-        self._persisted.append(new)
-        self._new_records.append(new)
+        new = work.new
+        if new is None:
+            new = union_all(work.records, _RECORDS_NO_BUCKET, self.spark)
+            # Kept until the run ends: the message log and the record index read it again.
+            new = new.withColumn(BUCKET, bucket_column(F.col("guid"), self.buckets)).persist()
+            self._persisted.append(new)
+            self._new_records.append(new)
         refreshes_new = union_all(work.refreshes, REFRESHES, self.spark)
         fields = self.fields_of(work, new)
 
@@ -307,10 +344,14 @@ class VersioningRun:
             refreshes = history.where(~F.col(PARTITION_COLUMN).isin(self.dts)).select(*REFRESHES.fieldNames())
             refreshes = refreshes.unionByName(refreshes_new)
 
-        # One job: the buckets the new records fall in, and how many records (not markers) each has.
-        per_bucket = new.groupBy(BUCKET).agg(F.sum((F.col("op") != SEEN).cast("int")).alias("n")).collect()
-        new_buckets = {r[BUCKET] for r in per_bucket}
-        record_count = sum(int(r["n"] or 0) for r in per_bucket)
+        if work.stats is not None:
+            new_buckets = set(work.stats)
+            record_count = sum(n for n, _ in work.stats.values())
+        else:
+            # One job: the buckets the new records fall in, and how many records (not markers) each has.
+            per_bucket = new.groupBy(BUCKET).agg(F.sum((F.col("op") != SEEN).cast("int")).alias("n")).collect()
+            new_buckets = {r[BUCKET] for r in per_bucket}
+            record_count = sum(int(r["n"] or 0) for r in per_bucket)
         old_buckets = self._old_buckets.get(work.name, set())
         # A refresh touches every live key in its scope, wherever it is stored.
         refresh_targets = None
@@ -365,7 +406,8 @@ class VersioningRun:
             self.lake.replace_folders(
                 export_rows(written, work.definition), EXPORTS_DS, BUCKET, affected, subfolder=folder
             )
-        self._index_rows.append(new.select(F.lit(work.name).alias("entity"), BUCKET, PARTITION_COLUMN).distinct())
+        if work.new is None:
+            self._index_rows.append(new.select(F.lit(work.name).alias("entity"), BUCKET, PARTITION_COLUMN).distinct())
         self._store_refreshes(refreshes_new, folder, has_refreshes)
         # Checked with every other entity's rewritten buckets in one aggregation at the end of the run.
         self._invariants.append(invariant_rows(written, work.name, list(fields)))
@@ -389,6 +431,7 @@ class VersioningRun:
         """Process the run's hours; returns each entity's outcome and the message log written."""
         self._persisted: list[DataFrame] = []
         self._new_records: list[DataFrame] = []
+        self._index_rows: list[DataFrame] = []
         self._invariants: list[DataFrame] = []
         # Child source records, by child entity, produced while mapping their parents.
         self._children: dict[str, list[tuple[DataFrame, str | None, EntityMapping]]] = {}
@@ -408,7 +451,6 @@ class VersioningRun:
             self._old_buckets: dict[str, set[int]] = {}
             for r in self._indexed().select("entity", BUCKET).distinct().collect():
                 self._old_buckets.setdefault(r["entity"], set()).add(r[BUCKET])
-            self._index_rows: list[DataFrame] = []
             works, errors = self.plan(source, refreshing)
             errors.append(csv_errors)
             defined = [w for w in works if w.definition is not None]

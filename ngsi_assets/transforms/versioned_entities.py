@@ -1015,6 +1015,19 @@ def record_keys(records: DataFrame) -> DataFrame:
     ).dropDuplicates(["guid"])
 
 
+def record_stats(records: DataFrame, bucket: str = "bucket") -> DataFrame:
+    """(entity, bucket, records, field_names) of bucketed ENTITY_RECORDS: per entity and bucket, how
+    many records (not SEEN markers) there are and every field name they carry (sorted).
+
+    Its size follows the entities and buckets, not the records: one small collect tells a run which
+    buckets each entity touches and which columns its table needs.
+    """
+    return records.groupBy("entity", bucket).agg(
+        F.sum((F.col("op") != SEEN).cast("int")).cast("int").alias("records"),
+        F.array_sort(F.array_distinct(F.flatten(F.collect_set(F.map_keys("fields"))))).alias("field_names"),
+    )
+
+
 def message_log(messages: DataFrame, records: DataFrame, errors: DataFrame) -> DataFrame:
     """MESSAGE_LOG: per processed message, status 4 if a record failed, 1 if one awaits a link, else 3."""
     counts = records.groupBy("message_identifier").agg(F.count("*").cast("int").alias("records"))
