@@ -14,7 +14,7 @@ as ``tests/resources/test_history_store.py`` does on a small scale. Then, timing
 4. the same number of changed keys, all in one bucket, only that bucket rewritten (what an incremental
    versioning run of a few keys produces): a third transaction;
 5. rewinding: ``state(at=first tnx).count()`` and ``diff(first tnx, second tnx).count()``;
-6. ``TransactionHistoryResource.publish`` of every history row into PostgreSQL (``--postgres-url``,
+6. ``ngsi_assets.history_store.publish`` of every history row into PostgreSQL (``--postgres-url``,
    else $POSTGRES_URL, else a throwaway server started as the tests start it; a fresh database on it).
 
 A small space is recorded first in another lake to start the session and warm the JIT, as in a
@@ -180,9 +180,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
+    from ngsi_assets.history_store import VERSIONS_DS, HistoryStore, publish
     from ngsi_assets.ngsi.entity_schema import entity_folder
     from ngsi_assets.transforms.versioned_entities import guid_of
-    from resources.history import VERSIONS_DS, HistoryStore, TransactionHistoryResource
     from resources.lake import LakeResource
     from resources.spark import default_spark_config
 
@@ -300,11 +300,10 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         total = n + n_changed + n_single
         with postgres(args.postgres_url, not args.no_postgres) as url:
             if url is not None:
-                resource = TransactionHistoryResource(postgres_url=url)
                 published = steps.time(
                     "6. publish to PostgreSQL",
                     f"{total:,} history rows, 3 transactions, HEAD of {n:,} features",
-                    lambda: resource.publish(spark, store),
+                    lambda: publish(store, url, "ngsi_history"),
                     rows=total,
                 )
                 assert published[SPACE]["rows"] == total and published[SPACE]["transactions"] == 3, published

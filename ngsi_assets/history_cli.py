@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
 
     from ngsi_assets import settings
-    from resources.history import HistoryError, HistoryStore
+    from ngsi_assets.history_store import HistoryError, HistoryStore
     from resources.lake import LakeResource
     from resources.spark import default_spark_config
 

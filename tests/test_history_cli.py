@@ -8,7 +8,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from ngsi_assets.cli import main
-from resources.history import HistoryStore
+from ngsi_assets.history_store import HistoryStore
 from resources.lake import LakeResource
 from tests.resources.test_history_store import SPACE, Clock, record, write_table
 

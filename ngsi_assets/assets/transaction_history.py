@@ -1,7 +1,7 @@
 """The transaction history (seed 003): each materialization that changes a space's versioned entities is
 one transaction, with the seed's 64-bit transaction id, uuids, puuid chains and actions.
 
-The store and its commit protocol are in ``resources.history``; the transforms in
+The store and its commit protocol are in ``ngsi_assets.history_store``; the transforms in
 ``ngsi_assets.transforms.transaction_history``. Published to PostgreSQL in the seed's layout when
 ``NGSI_HISTORY_POSTGRES_URL`` (or ``NGSI_POSTGRES_URL``) is set.
 """
@@ -18,11 +18,12 @@ from dagster import (
 from dagster_pyspark import LazyPySparkResource
 
 from ngsi_assets.assets.versioned_entities import INDEX_DS, INDEX_DT, versioned_entities
+from ngsi_assets.history_store import Commit, HistoryStore, publish
 from ngsi_assets.ngsi.entity_schema import NGSI_KEYS, EntitySchema
 from ngsi_assets.ngsi.transactions import tnx_of
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.transforms.schemas import MESSAGE_STORE
-from resources.history import Commit, HistoryStore, TransactionHistoryResource
+from resources.history import TransactionHistoryResource
 from resources.lake import LakeResource
 from resources.versioning import VersioningResource
 
@@ -118,7 +119,7 @@ def transaction_history(
     """
     keys = context.partition_keys
     session = spark.spark_session
-    store = history.store(session, lake)
+    store = HistoryStore(session, lake, schema=history.schema_name)
     schema = versioning.load_schema()
     messages = lake.read(session, "message_store", MESSAGE_STORE, keys).select(
         "message_identifier", "user", "source_system"
@@ -134,7 +135,11 @@ def transaction_history(
         )
     for commit in commits:
         context.log.info(f"space {commit.space!r}: transaction {commit.txn} tnx {commit.tnx} {commit.commit_json}")
-    published = history.publish(session, store) if history.postgres_url else {"skipped": "no PostgreSQL configured"}
+    published = (
+        publish(store, history.postgres_url, history.schema_name)
+        if history.postgres_url
+        else {"skipped": "no PostgreSQL configured"}
+    )
     return MaterializeResult(
         metadata={
             "transactions": len(commits),

@@ -181,7 +181,7 @@ def _print_outputs(spark, lake, hours: Sequence[str]) -> None:  # noqa: ANN001 (
 def _print_history(spark, lake) -> None:  # noqa: ANN001 (Spark and resource types)
     from pyspark.sql import functions as F
 
-    from resources.history import HistoryStore
+    from ngsi_assets.history_store import HistoryStore
 
     store = HistoryStore(spark, lake)
     print("transaction history: one transaction per space the run changed (seed 003 tnx; i..: history rows)")

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 
+from ngsi_assets.history_store import HistoryStore
 from ngsi_assets.transforms.schemas import MESSAGE_STORE
 from ngsi_assets.transforms.transaction_history import chain_breaks
-from resources.history import HistoryStore
 from resources.lake import LakeResource
 from tests.assets.test_versioning_property import COLUMNS, SCHEMA, _message
 from tests.assets.versioning_support import Msg, process, store_messages, table_rows

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pyspark.sql import SparkSession
 
+from ngsi_assets.history_store import HistoryError, HistoryStore
 from ngsi_assets.ngsi.entity_schema import entity_folder
 from ngsi_assets.ngsi.transactions import Action, tnx_of, uuid_of
 from ngsi_assets.transforms.schemas import MESSAGE_STORE
-from resources.history import HistoryError, HistoryStore
 from resources.lake import LakeResource
 from tests.assets.versioning_support import Msg, process, schema_of, store_messages
 

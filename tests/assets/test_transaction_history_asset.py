@@ -13,8 +13,9 @@ from pyspark.sql import SparkSession
 
 from ngsi_assets.assets.transaction_history import transaction_history
 from ngsi_assets.assets.versioned_entities import versioned_entities
+from ngsi_assets.history_store import HistoryStore
 from ngsi_assets.sinks.history_pg import history_table_names
-from resources.history import HistoryStore, TransactionHistoryResource
+from resources.history import TransactionHistoryResource
 from resources.lake import LakeResource
 from resources.spark import default_spark_config
 from resources.versioning import VersioningResource

@@ -12,31 +12,20 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 
-from pyspark.sql import SparkSession
-
+import ngsi_assets.history_store
 from ngsi_assets.definitions import build_definitions, build_resources
 from ngsi_assets.materialize import landed_hours, run_ingest
-from resources.history import HistoryStore, TransactionHistoryResource
-from resources.lake import LakeResource
 
 COMMIT_TIME = datetime(2026, 11, 24, 12, 0, tzinfo=UTC)
 
 
-class FixedClockHistory(TransactionHistoryResource):
-    def store(
-        self, spark: SparkSession, lake: LakeResource, clock: Callable[[], datetime] | None = None
-    ) -> HistoryStore:
-        return super().store(spark, lake, clock=lambda: COMMIT_TIME)
-
-
 def main(outcome_path: str) -> int:
+    # The history store's default clock, read when a store is made.
+    ngsi_assets.history_store.utc_now = lambda: COMMIT_TIME
     resources = build_resources()
-    base = resources["history"]
-    resources["history"] = FixedClockHistory(postgres_url=base.postgres_url, schema_name=base.schema_name)
     defs = build_definitions(resources)
     hours = landed_hours(resources["landing"])
     outcome = run_ingest(defs, hours[0], hours[-1])

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from ngsi_assets.history_store import HEAD_DS, HistoryStore
 from ngsi_assets.ngsi.entity_schema import entity_folder
 from ngsi_assets.ngsi.transactions import Action, tnx_of, uuid_of
 from ngsi_assets.transforms.transaction_history import chain_breaks
 from ngsi_assets.transforms.versioned_entities import bucket_column, guid_of
-from resources.history import HEAD_DS, HistoryStore
 from resources.lake import LakeResource
 
 SPACE = "thing"
@@ -261,7 +261,7 @@ def test_record_finds_a_transaction_that_breaks_chains_and_repeats_uuids(
     spark: SparkSession, store: HistoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The rows of transaction 2 are checked against the features' rows before it, without reading the history."""
-    import resources.history as history_module
+    import ngsi_assets.history_store as history_module
     from ngsi_assets.assets.transaction_history import check_results
 
     write_table(spark, store.lake, {"A": (False, "x", 1), "B": (False, "y", 1)}, 1)

@@ -1,0 +1,592 @@
+"""The transaction history's store in the lake, its commit protocol, and its publication to PostgreSQL.
+
+Layout, per space (``<folder>`` = ``entity_folder(space)``):
+
+- ``transaction_history/<folder>/txn=N/``: the history rows of the space's N-th transaction (HISTORY);
+- ``transaction_log/<folder>/<N, 12 digits>.json``: the transaction record; its presence commits txn N;
+- ``transaction_head/<folder>/bucket=B/``: the newest row of every feature (HEAD), by versioned bucket;
+- ``transaction_head/<folder>/_state.json``: the transaction HEAD reflects, and the signature of every
+  versioned-entities bucket it has compared (so a transaction reads only the buckets that changed);
+- ``transaction_tags/<folder>.json``: the space's tags (name -> tnx).
+
+A transaction writes its history rows, then its record (the commit point), then HEAD and the state.
+Recovery at the start of the next one deletes history rows no record commits (a crash before the
+commit) and replays committed rows onto HEAD when the state says HEAD is behind (a crash after it), so
+a crash at any point neither loses a committed change nor writes one twice. ``record_all`` does this
+for several spaces: rows side by side, records one after the other in the order given, HEADs side by side.
+
+One writer at a time: on a local lake an exclusive ``flock`` on ``<root>/transaction_log/.lock``; on
+object storage give the ``transaction_history`` Dagster pool a limit of 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ngsi_assets.ngsi.entity_schema import entity_folder
+from ngsi_assets.ngsi.transactions import Action, tnx_of
+from ngsi_assets.sinks import history_pg
+from ngsi_assets.sinks.executors import on_each_partition
+from ngsi_assets.transforms.history_publication import feature_rows
+from ngsi_assets.transforms.transaction_history import (
+    BUCKET,
+    CURRENT,
+    FAULT_CHAIN,
+    FAULT_UUID,
+    HEAD,
+    HISTORY,
+    TXN,
+    advance_head,
+    as_of,
+    changes,
+    current_features,
+    difference,
+    last_updated_by,
+    layer,
+    number_changes,
+    partition_offsets,
+    sorted_for_numbering,
+    transaction_faults,
+)
+from resources.history import DEFAULT_SCHEMA
+from resources.lake import LakeResource
+from resources.parallel import DEFAULT_WORKERS, results, side_by_side
+
+HISTORY_DS = "transaction_history"
+LOG_DS = "transaction_log"
+HEAD_DS = "transaction_head"
+TAGS_DS = "transaction_tags"
+VERSIONS_DS = "versioned_entities"
+STATE_FILE = "_state.json"
+# Versioned-entities Parquet bytes per numbering partition of a space's first transaction (about
+# 50,000 versions).
+FIRST_PART_BYTES = 8 * 2**20
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One committed transaction of one space (a row of the transactions table)."""
+
+    space: str
+    txn: int  # the space's transaction counter (1, 2, ...)
+    tnx: int  # the seed's 64-bit transaction id
+    ts: datetime
+    id: int  # global sequential id over all spaces
+    schema: str
+    table: str
+    commit_msg: str
+    commit_json: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as plain JSON values (ts in ISO 8601, UTC)."""
+        return {**self.__dict__, "ts": self.ts.astimezone(UTC).isoformat()}
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> Commit:
+        d = json.loads(text)
+        d["ts"] = datetime.fromisoformat(d["ts"])
+        return Commit(**d)
+
+    @property
+    def first_i(self) -> int:
+        return int(self.commit_json["first_i"])
+
+    @property
+    def last_i(self) -> int:
+        return int(self.commit_json["last_i"])
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The faults ``record`` found in a transaction's rows (see ``transaction_faults``)."""
+
+    chain_breaks: int
+    break_examples: list[dict[str, Any]]
+    uuid_faults: int
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """A space's next transaction whose rows are written and verified, not yet committed."""
+
+    space: str
+    folder: str
+    txn: int
+    tnx: int
+    ts: datetime
+    first_i: int
+    total: int
+    counts: dict[int, int]
+    changed_buckets: list[int]
+    now_sigs: dict[str, str]
+    head: DataFrame  # HEAD's rows of the changed buckets before the transaction
+    verification: Verification
+
+
+class HistoryError(ValueError):
+    """A history request that cannot be answered (unknown space, tag or transaction)."""
+
+
+class HistoryStore:
+    """The transaction history of every space in one lake: recording, and reading it back."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        lake: LakeResource,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.spark = spark
+        self.lake = lake
+        self.fs = lake.files()
+        self.schema = schema
+        self.clock = clock if clock is not None else utc_now
+        self.verifications: dict[tuple[str, int], Verification] = {}
+
+    # -- paths and small files --------------------------------------------------------------------
+
+    def _log_uri(self, folder: str) -> str:
+        return self.lake.folder_uri(LOG_DS, folder)
+
+    def _state_uri(self, folder: str) -> str:
+        return f"{self.lake.folder_uri(HEAD_DS, folder)}/{STATE_FILE}"
+
+    def _tags_uri(self, folder: str) -> str:
+        return f"{self.lake.dataset_uri(TAGS_DS)}/{folder}.json"
+
+    def _read_state(self, folder: str) -> dict[str, Any]:
+        text = self.fs.read_text(self._state_uri(folder))
+        return json.loads(text) if text else {"head_txn": 0, "signatures": {}}
+
+    def _write_state(self, folder: str, state: dict[str, Any]) -> None:
+        self.fs.write_text(self._state_uri(folder), json.dumps(state, sort_keys=True))
+
+    @contextlib.contextmanager
+    def writer_lock(self) -> Iterator[None]:
+        """Exclusive for the whole lake (see the module docstring)."""
+        with self.lake.exclusive(LOG_DS):
+            yield
+
+    # -- the transactions table ------------------------------------------------------------------
+
+    def folders(self) -> list[str]:
+        return [n for n in self.fs.list_names(self.lake.dataset_uri(LOG_DS)) if not n.startswith(".")]
+
+    def commits(self, space: str, *, after: int = 0) -> list[Commit]:
+        """The space's committed transactions with txn > ``after``, oldest first (one small file each)."""
+        folder = entity_folder(space)
+        names = [n for n in self.fs.list_names(self._log_uri(folder)) if n.endswith(".json") and int(n[:-5]) > after]
+        out = []
+        for name in names:
+            text = self.fs.read_text(f"{self._log_uri(folder)}/{name}")
+            if text:
+                out.append(Commit.from_json(text))
+        return sorted(out, key=lambda c: c.txn)
+
+    def commit(self, space: str, txn: int) -> Commit | None:
+        """The space's transaction ``txn``, or None."""
+        text = self.fs.read_text(f"{self._log_uri(entity_folder(space))}/{txn:012d}.json")
+        return Commit.from_json(text) if text else None
+
+    def latest(self, folder: str) -> Commit | None:
+        names = [n for n in self.fs.list_names(self._log_uri(folder)) if n.endswith(".json")]
+        if not names:
+            return None
+        text = self.fs.read_text(f"{self._log_uri(folder)}/{max(names)}")
+        return Commit.from_json(text) if text else None
+
+    def newest(self) -> dict[str, Commit]:
+        """Space name -> its newest committed transaction, for every space with one."""
+        out = {}
+        for folder in self.folders():
+            commit = self.latest(folder)
+            if commit is not None:
+                out[commit.space] = commit
+        return out
+
+    def spaces(self) -> dict[str, str]:
+        """Space name -> lake folder, for every space with a committed transaction."""
+        return {space: entity_folder(space) for space in self.newest()}
+
+    def transactions(self) -> list[Commit]:
+        """Every committed transaction of every space, in global id order."""
+        return sorted((c for space in self.spaces() for c in self.commits(space)), key=lambda c: c.id)
+
+    # -- recording ------------------------------------------------------------------------------
+
+    def _history_rows(self, folder: str, txns: Sequence[int] | None = None) -> DataFrame:
+        df = self.lake.read_folders(self.spark, HISTORY_DS, TXN, txns, subfolder=folder, schema=HISTORY)
+        return df if df is not None else self.spark.createDataFrame([], HISTORY)
+
+    def _head(self, folder: str, buckets: Sequence[int] | None) -> DataFrame:
+        df = self.lake.read_folders(self.spark, HEAD_DS, BUCKET, buckets, subfolder=folder, schema=HEAD)
+        return df if df is not None else self.spark.createDataFrame([], HEAD)
+
+    def recover(self, folder: str) -> None:
+        """Undo an unfinished transaction of the space (see the module docstring)."""
+        latest = self.latest(folder)
+        committed = latest.txn if latest else 0
+        written = [int(v) for v in self.fs.list_partition_values(self.lake.folder_uri(HISTORY_DS, folder), TXN)]
+        for txn in written:
+            if txn > committed:
+                self.fs.delete(f"{self.lake.folder_uri(HISTORY_DS, folder)}/{TXN}={txn}")
+        state = self._read_state(folder)
+        behind = [t for t in range(int(state["head_txn"]) + 1, committed + 1)]
+        if not behind:
+            return
+        rows = self._history_rows(folder, behind).persist()
+        try:
+            buckets = sorted({int(r[0]) for r in rows.select(BUCKET).distinct().collect()})
+            if buckets:
+                head = advance_head(self._head(folder, buckets), rows)
+                self.lake.replace_folders(head, HEAD_DS, BUCKET, buckets, subfolder=folder)
+        finally:
+            rows.unpersist()
+        # The signatures are dropped: the buckets are compared again (and found unchanged).
+        self._write_state(folder, {"head_txn": committed, "signatures": {}})
+
+    def record(
+        self,
+        space: str,
+        key_fields: Sequence[str],
+        messages: DataFrame,
+        *,
+        table: str | None = None,
+        commit_msg: str = "",
+        commit_json: dict[str, Any] | None = None,
+    ) -> Commit | None:
+        """Compare the space's versioned entities with HEAD and commit the differences as one transaction.
+
+        ``messages`` (message_identifier, user, source_system) name who made the changes. Returns the
+        commit, or None when nothing changed (then nothing is written but the bucket signatures).
+        Call it inside ``writer_lock``.
+        """
+        commits = self.record_all(
+            {space: key_fields},
+            messages,
+            tables={space: table or space},
+            commit_msg=commit_msg,
+            commit_json=commit_json,
+        )
+        return commits[0] if commits else None
+
+    def record_all(
+        self,
+        spaces: Mapping[str, Sequence[str]],
+        messages: DataFrame,
+        *,
+        tables: Mapping[str, str] | None = None,
+        commit_msg: str = "",
+        commit_json: dict[str, Any] | None = None,
+        workers: int = DEFAULT_WORKERS,
+    ) -> list[Commit]:
+        """``record`` for several spaces (space -> key fields) at one transaction time; the commits made,
+        in the order of ``spaces``. Call it inside ``writer_lock``.
+
+        The spaces are compared and their rows written side by side; the transactions are then
+        committed one after the other in the order of ``spaces`` (so their global ids follow it), and
+        HEAD moves side by side again. A crash at any point leaves each space as ``record`` would.
+        """
+        now = self.clock().astimezone(UTC)
+        staged = results(
+            side_by_side(
+                [functools.partial(self._stage_transaction, s, tuple(k), messages, now) for s, k in spaces.items()],
+                name="history-space",
+                workers=workers,
+            )
+        )
+        commits = [
+            self._commit_staged(st, (tables or {}).get(st.space, st.space), commit_msg, commit_json or {})
+            for st in staged
+            if st is not None
+        ]
+        results(
+            side_by_side(
+                [functools.partial(self._advance_head, st) for st in staged if st is not None],
+                name="history-head",
+                workers=workers,
+            )
+        )
+        return commits
+
+    def _stage_transaction(
+        self, space: str, key_fields: Sequence[str], messages: DataFrame, now: datetime
+    ) -> _Staged | None:
+        """The space's changes since HEAD, numbered and written as its next transaction's rows (not yet
+        committed) and verified; None when nothing changed (the bucket signatures are then saved)."""
+        folder = entity_folder(space)
+        self.recover(folder)
+        state = self._read_state(folder)
+        seen: dict[str, str] = state["signatures"]
+        now_sigs = self.fs.file_signatures(self.lake.folder_uri(VERSIONS_DS, folder), BUCKET)
+        changed_buckets = sorted(
+            {int(b) for b, sig in now_sigs.items() if seen.get(b) != sig} | {int(b) for b in seen if b not in now_sigs}
+        )
+        latest = self.latest(folder)
+        if not changed_buckets:
+            return None
+        versions = self.lake.read_folders(self.spark, VERSIONS_DS, BUCKET, changed_buckets, subfolder=folder)
+        head = self._head(folder, changed_buckets)
+        if versions is None:
+            current = self.spark.createDataFrame([], CURRENT)
+        else:
+            current = current_features(versions, key_fields)
+        # The numbering's partitions only spread the work (the order is global). They are sized before
+        # the changes are counted, so that one job counts them and partitions them: from the previous
+        # transaction's rows, or for a first transaction from the size of the versions it reads (more
+        # than one partition costs a sampling job, worth it from about 50,000 rows).
+        shuffle = int(self.spark.conf.get("spark.sql.shuffle.partitions", "8"))
+        if latest is not None:
+            parts = min(shuffle, 1 + (latest.last_i - latest.first_i + 1) // 50_000)
+        else:
+            parts = min(shuffle, 1 + self.fs.tree_bytes(self.lake.folder_uri(VERSIONS_DS, folder)) // FIRST_PART_BYTES)
+        ordered = sorted_for_numbering(last_updated_by(changes(head, current), messages), parts).persist()
+        try:
+            counts: dict[int, int] = {}
+            per_part: dict[int, int] = {}
+            for r in ordered.groupBy("_part", "action").count().collect():
+                counts[int(r["action"])] = counts.get(int(r["action"]), 0) + int(r["count"])
+                per_part[int(r["_part"])] = per_part.get(int(r["_part"]), 0) + int(r["count"])
+            total = sum(counts.values())
+            if total == 0:
+                self._write_state(folder, {"head_txn": latest.txn if latest else 0, "signatures": now_sigs})
+                return None
+            txn = (latest.txn if latest else 0) + 1
+            # The wall clock went back: keep tnx non-decreasing.
+            ts = max(now, latest.ts) if latest is not None else now
+            tnx = tnx_of(ts, txn)
+            first_i = (latest.last_i if latest else 0) + 1
+            rows = number_changes(
+                ordered, offsets=partition_offsets(per_part), first_i=first_i, tnx=tnx, ts=ts, txn=txn
+            )
+            self.lake.replace_folders(rows, HISTORY_DS, TXN, [txn], subfolder=folder)
+        finally:
+            ordered.unpersist()
+        written = self._history_rows(folder, [txn])
+        # Checked against HEAD before it moves: the new rows and their features' previous ones.
+        verification = self._verify(head, written, first_i, first_i + total - 1)
+        return _Staged(
+            space, folder, txn, tnx, ts, first_i, total, counts, changed_buckets, now_sigs, head, verification
+        )
+
+    def _commit_staged(self, st: _Staged, table: str, commit_msg: str, commit_json: dict[str, Any]) -> Commit:
+        """Write the transaction's record: the commit point (global ids are given out one at a time)."""
+        global_id = 1 + max((c.id for c in (self.latest(f) for f in self.folders()) if c is not None), default=0)
+        commit = Commit(
+            space=st.space,
+            txn=st.txn,
+            tnx=st.tnx,
+            ts=st.ts,
+            id=global_id,
+            schema=self.schema,
+            table=table,
+            commit_msg=commit_msg,
+            commit_json={
+                **commit_json,
+                "first_i": st.first_i,
+                "last_i": st.first_i + st.total - 1,
+                "actions": {Action(a).name: n for a, n in sorted(st.counts.items())},
+                "buckets": st.changed_buckets,
+            },
+        )
+        self.fs.write_text(f"{self._log_uri(st.folder)}/{st.txn:012d}.json", commit.to_json())
+        self.verifications[(st.space, st.txn)] = st.verification
+        return commit
+
+    def _advance_head(self, st: _Staged) -> None:
+        """Move HEAD past a committed transaction (``recover`` does it when a crash came first)."""
+        written = self._history_rows(st.folder, [st.txn])
+        self.lake.replace_folders(
+            advance_head(st.head, written), HEAD_DS, BUCKET, st.changed_buckets, subfolder=st.folder
+        )
+        self._write_state(st.folder, {"head_txn": st.txn, "signatures": st.now_sigs})
+
+    def _verify(self, tips: DataFrame, rows: DataFrame, first_i: int, last_i: int) -> Verification:
+        faults = transaction_faults(tips, rows, first_i, last_i).persist()
+        try:
+            counts = {r["check"]: int(r["count"]) for r in faults.groupBy("check").count().collect()}
+            examples = (
+                [r.asDict() for r in faults.where(F.col("check") == FAULT_CHAIN).limit(3).collect()]
+                if counts.get(FAULT_CHAIN)
+                else []
+            )
+        finally:
+            faults.unpersist()
+        return Verification(counts.get(FAULT_CHAIN, 0), examples, counts.get(FAULT_UUID, 0))
+
+    def verification(self, space: str, txn: int) -> Verification | None:
+        """What ``record`` found wrong in the rows of transaction ``txn`` of ``space`` (this store's only)."""
+        return self.verifications.get((space, txn))
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _committed(self, space: str) -> tuple[str, Commit]:
+        """The space's lake folder and newest transaction; HistoryError for a space without history."""
+        folder = entity_folder(space)
+        latest = self.latest(folder)
+        if latest is None:
+            known = ", ".join(sorted(self.spaces())) or "none"
+            raise HistoryError(f"no transaction history for space {space!r} (spaces: {known})")
+        return folder, latest
+
+    def folder_of(self, space: str) -> str:
+        return self._committed(space)[0]
+
+    def history(self, space: str, txns: Sequence[int] | None = None) -> DataFrame:
+        """The history rows of the space (HISTORY): of every committed transaction, or of ``txns``."""
+        folder, latest = self._committed(space)
+        # Rows of a transaction whose record is missing (a crash before the commit) are not history.
+        return self._history_rows(folder, txns).where(F.col(TXN) <= F.lit(latest.txn))
+
+    def head(self, space: str) -> DataFrame:
+        return self._head(self.folder_of(space), None)
+
+    def resolve(self, space: str, at: str | int | None) -> int | None:
+        """A transaction id from ``at``: None (the newest), a tnx, ``txn:N`` or a tag name."""
+        if at is None:
+            return None
+        if isinstance(at, int) or (isinstance(at, str) and at.lstrip("-").isdigit()):
+            return int(at)
+        if at.startswith("txn:"):
+            wanted = at[4:]
+            commit = self.commit(space, int(wanted)) if wanted.isdigit() else None
+            if commit is None:
+                raise HistoryError(f"space {space!r} has no transaction {wanted}")
+            return commit.tnx
+        tags = self.tags(space)
+        if at not in tags:
+            raise HistoryError(f"space {space!r} has no tag {at!r} (tags: {', '.join(sorted(tags)) or 'none'})")
+        return int(tags[at]["tnx"])
+
+    def state(
+        self, space: str, *, at: str | int | None = None, ts: datetime | None = None, ids: Sequence[str] | None = None
+    ) -> DataFrame:
+        """The space (or the features ``ids``) as of a transaction or a time: one row per feature."""
+        rows = self.history(space)
+        if ids is not None:
+            rows = rows.where(F.col("id").isin(list(ids)))
+        return as_of(rows, tnx=self.resolve(space, at), ts=ts)
+
+    def diff(self, space: str, before: str | int, after: str | int | None = None) -> DataFrame:
+        rows = self.history(space)
+        return difference(as_of(rows, tnx=self.resolve(space, before)), as_of(rows, tnx=self.resolve(space, after)))
+
+    def layer_view(
+        self, base: str, delta: str, *, base_at: str | int | None = None, delta_at: str | int | None = None
+    ) -> DataFrame:
+        return layer(self.state(base, at=base_at), self.state(delta, at=delta_at))
+
+    # -- tags -----------------------------------------------------------------------------------
+
+    def tags(self, space: str) -> dict[str, dict[str, Any]]:
+        text = self.fs.read_text(self._tags_uri(self.folder_of(space)))
+        return json.loads(text) if text else {}
+
+    def tag(self, space: str, name: str, at: str | int | None = None, message: str = "") -> dict[str, Any]:
+        """Name a transaction of the space (the newest by default); an existing name is moved."""
+        if not name or name.startswith("txn:") or name.lstrip("-").isdigit() or len(name) > 200:
+            raise HistoryError(f"bad tag name {name!r}: 1 to 200 characters, not a number and not 'txn:...'")
+        folder = self.folder_of(space)
+        commits = self.commits(space)
+        tnx = self.resolve(space, at) if at is not None else commits[-1].tnx
+        if tnx not in {c.tnx for c in commits}:
+            raise HistoryError(f"space {space!r} has no transaction with tnx {tnx}")
+        with self.writer_lock():
+            tags = self.tags(space)
+            tags[name] = {"tnx": tnx, "ts": self.clock().astimezone(UTC).isoformat(), "message": message}
+            self.fs.write_text(self._tags_uri(folder), json.dumps(tags, sort_keys=True))
+        return tags[name]
+
+    def untag(self, space: str, name: str) -> None:
+        folder = self.folder_of(space)
+        with self.writer_lock():
+            tags = self.tags(space)
+            if name not in tags:
+                raise HistoryError(f"space {space!r} has no tag {name!r}")
+            del tags[name]
+            self.fs.write_text(self._tags_uri(folder), json.dumps(tags, sort_keys=True))
+
+
+def publish(store: HistoryStore, url: str, schema: str, rows_per_partition: int = 100_000) -> dict[str, Any]:
+    """Bring PostgreSQL up to the lake: every space's unpublished rows, transactions and tags.
+
+    A space's watermark is the last ``i`` of its newest *published transaction*; a transaction's row
+    is inserted only after all its history rows are, so a publication that fails midway is simply
+    redone (rows are inserted idempotently) by the next one. Rows go from the executors.
+    """
+    spaces = store.spaces()
+    conn = history_pg.connect(url)
+    try:
+        history_pg.install(conn, schema)
+        geo = {space: history_pg.ensure_space_tables(conn, schema, space).has_geo for space in spaces}
+        conn.commit()
+        out: dict[str, Any] = {}
+        for space in sorted(spaces):
+            done = history_pg.published_last_i(conn, schema, space)
+            with conn.cursor() as cur:
+                cur.execute(
+                    """SELECT COALESCE(MAX((commit_json->>'txn')::int8), 0) FROM xyz_config.transactions
+                       WHERE space = %s AND "schema" = %s""",
+                    (space, schema),
+                )
+                done_txn = int(cur.fetchone()[0])
+            commits = [c for c in store.commits(space, after=done_txn) if c.last_i > done]
+            if not commits:
+                out[space] = {"rows": 0, "transactions": 0}
+                continue
+            rows = store.history(space, [c.txn for c in commits]).where(F.col("i") > done)
+            n = sum(c.last_i - max(c.first_i, done + 1) + 1 for c in commits)
+            parts = max(1, min(64, -(-n // rows_per_partition)))
+            features = feature_rows(rows).repartition(parts, "id")
+            stats = on_each_partition(  # one small dict per partition
+                features, lambda it, space=space: history_pg.publish_partition(it, url, schema, space)
+            )
+            inserted = history_pg.publish_transactions(
+                conn,
+                [
+                    {
+                        "i": c.id,
+                        "id": c.id,
+                        "tnx": c.tnx,
+                        "schema": c.schema,
+                        "table": history_pg.history_table_names(space)[0],
+                        "ts": c.ts,
+                        "space": c.space,
+                        "commit_msg": c.commit_msg,
+                        "commit_json": {**c.commit_json, "txn": c.txn},
+                    }
+                    for c in commits
+                ],
+            )
+            history_pg.replace_tags(
+                conn,
+                space,
+                [{"name": k, **v, "ts": datetime.fromisoformat(v["ts"])} for k, v in store.tags(space).items()],
+            )
+            conn.commit()
+            out[space] = {
+                "rows": sum(s["history_inserted"] for s in stats),
+                "transactions": inserted,
+                "geo_column": geo[space],
+            }
+        return out
+    finally:
+        conn.close()
