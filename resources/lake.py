@@ -49,6 +49,8 @@ STALE_COMMIT_S = 600.0
 # A staging folder whose writer cannot be asked (another machine, or named before writers were) is
 # removed when it is this old: staging a write takes minutes at most.
 STALE_STAGING_S = 24 * 3600.0
+# A folder removed by someone else at the same time is looked at again this many times.
+_DELETE_ATTEMPTS = 5
 
 
 def _with_partition_column(schema: StructType) -> StructType:
@@ -115,12 +117,24 @@ class LakeFiles:
         return self._info(uri).type != pafs.FileType.NotFound
 
     def delete(self, uri: str) -> None:
+        """Remove a file, or a folder with everything in it; nothing when it is not there.
+
+        Another process may be removing the same folder (two runs finishing one dead write): a file
+        that vanishes under the recursive delete is gone, as wanted, so the delete looks again rather
+        than failing.
+        """
         fs, path = self._resolve(uri)
-        info = fs.get_file_info(path)
-        if info.type == pafs.FileType.Directory:
-            fs.delete_dir(path)
-        elif info.type != pafs.FileType.NotFound:
-            fs.delete_file(path)
+        for attempt in range(_DELETE_ATTEMPTS):
+            info = fs.get_file_info(path)
+            try:
+                if info.type == pafs.FileType.Directory:
+                    fs.delete_dir(path)
+                elif info.type != pafs.FileType.NotFound:
+                    fs.delete_file(path)
+                return
+            except FileNotFoundError:
+                if attempt == _DELETE_ATTEMPTS - 1:
+                    raise
 
     def _mkdirs(self, fs: pafs.FileSystem, path: str) -> None:
         parent = path.rstrip("/").rsplit("/", 1)[0]
@@ -207,6 +221,16 @@ _FILES = LakeFiles()
 # Journals this process is applying right now (not to be finished by another thread of it).
 _OPEN_COMMITS: set[str] = set()
 _OPEN_LOCK = threading.Lock()
+# Per dataset: the thread of this process finishing what dead writers left (journals, staging).
+_CLEANUP_LOCKS: dict[str, threading.Lock] = {}
+
+
+def _cleanup_lock(dataset_uri: str) -> threading.Lock:
+    """Threads of one run write a dataset side by side (one ``replace_folders`` per entity); only one
+    of them at a time finishes a dead writer's journal or removes its staging, so that two threads
+    never apply the same steps or delete the same folder at once."""
+    with _OPEN_LOCK:
+        return _CLEANUP_LOCKS.setdefault(dataset_uri, threading.Lock())
 
 
 def _process_start(pid: int) -> str | None:
@@ -355,6 +379,12 @@ class LakeResource(ConfigurableResource):
         """
         fs = self.files()
         folder = self._commits_uri(dataset)
+        with _cleanup_lock(self.dataset_uri(dataset)):
+            return self._finish_journals(fs, folder)
+
+    @staticmethod
+    def _finish_journals(fs: LakeFiles, folder: str) -> int:
+        """``recover`` for one dataset's journal folder, under its cleanup lock."""
         finished = 0
         for name in fs.list_names(folder):
             uri = f"{folder}/{name}"
@@ -502,10 +532,11 @@ class LakeResource(ConfigurableResource):
         fs = self.files()
         folder = f"{self.root_uri}/{STAGING}/{dataset}"
         removed = 0
-        for info in fs._children(folder):
-            if staging_abandoned(info.base_name, (info.mtime_ns or 0) / 1e9):
-                fs.delete(f"{folder}/{info.base_name}")
-                removed += 1
+        with _cleanup_lock(self.dataset_uri(dataset)):
+            for info in fs._children(folder):
+                if staging_abandoned(info.base_name, (info.mtime_ns or 0) / 1e9):
+                    fs.delete(f"{folder}/{info.base_name}")
+                    removed += 1
         return removed
 
     def _stage(

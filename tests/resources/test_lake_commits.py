@@ -3,15 +3,19 @@ access to the dataset, so the dataset reads as if the write had not been interru
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -397,3 +401,79 @@ def test_replace_together_swaps_nothing_when_one_write_fails(spark: SparkSession
     for dataset in ("state", "other"):
         folder = tmp_path / "lake" / STAGING / dataset
         assert not folder.exists() or not any(folder.iterdir())
+
+
+class RacedFiles:
+    """The local file system, where another process removes part of a folder while this one deletes it:
+    the recursive delete finds a file gone and fails the way pyarrow does."""
+
+    def __init__(self) -> None:
+        self.local = pafs.LocalFileSystem()
+        self.raced = 0
+
+    def get_file_info(self, path: str) -> pafs.FileInfo:
+        return self.local.get_file_info(path)
+
+    def delete_file(self, path: str) -> None:
+        self.local.delete_file(path)
+
+    def delete_dir(self, path: str) -> None:
+        if self.raced < 2:
+            self.raced += 1
+            first = sorted(os.listdir(path))[0]
+            os.remove(os.path.join(path, first))  # the other process's work
+            raise FileNotFoundError(f"Cannot delete directory '{path}': '{first}' is gone")
+        self.local.delete_dir(path)
+
+
+def test_delete_finishes_a_folder_another_process_is_removing_at_the_same_time(tmp_path: Path) -> None:
+    folder = tmp_path / "staging"
+    folder.mkdir()
+    for i in range(5):
+        (folder / f"part-{i}.parquet").write_bytes(b"rows")
+    files = LakeFiles()
+    raced = RacedFiles()
+    files._local = raced
+    files.delete(str(folder))
+    assert raced.raced == 2
+    assert not folder.exists()
+    files.delete(str(folder))  # already gone: nothing to do
+    (tmp_path / "a-file").write_bytes(b"x")
+    files.delete(str(tmp_path / "a-file"))
+    assert not (tmp_path / "a-file").exists()
+
+
+def test_threads_writing_one_dataset_finish_a_dead_writers_leftovers_once(tmp_path: Path) -> None:
+    """The entities of a run are written side by side, each write first finishing what a killed run
+    left: one dead journal and one abandoned staging folder are finished by exactly one thread, and no
+    thread fails on what another removed."""
+    root = tmp_path / "lake"
+    lake = LakeResource(root=str(root))
+    tag = staging_name().split("-")[2]
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_writer = {"host": socket.gethostname(), "pid": int(dead.stdout), "start": "12345"}
+    staging = _staged(root, "state", f"w{dead_writer['pid']}-12345-{tag}-{'a' * 32}")
+    for i in range(300):
+        (staging / f"part-{i:05d}.parquet").write_bytes(b"rows")
+    final = root / "state" / "bucket=1"
+    final.mkdir(parents=True)
+    new = root / STAGING / "state" / "half-done"
+    new.mkdir(parents=True)
+    (new / "part-0.parquet").write_bytes(b"new rows")
+    journal = root / STAGING / COMMITS / "state" / "dead.json"
+    journal.parent.mkdir(parents=True)
+    steps = [{"op": "swap", "new": str(new), "final": str(final), "old": str(final) + "-old"}]
+    journal.write_text(json.dumps({"writer": dead_writer, "at": time.time(), "steps": steps}))
+
+    start = threading.Barrier(8)
+
+    def clean() -> tuple[int, int]:
+        start.wait()
+        return lake.recover("state"), lake.sweep_staging("state")
+
+    with ThreadPoolExecutor(8) as pool:
+        done = list(pool.map(lambda _: clean(), range(8)))
+    assert sum(j for j, _ in done) == 1
+    assert sum(s for _, s in done) == 1
+    assert not staging.exists() and not journal.exists() and not new.exists()
+    assert (final / "part-0.parquet").read_bytes() == b"new rows"
