@@ -136,6 +136,7 @@ class _Staged:
     changed_buckets: list[int]
     now_sigs: dict[str, str]
     head: DataFrame  # HEAD's rows of the changed buckets before the transaction
+    rows: DataFrame  # the transaction's rows as written
     verification: Verification
 
 
@@ -313,10 +314,12 @@ class HistoryStore:
                 workers=workers,
             )
         )
+        # Global ids are given out in order, under the writer lock: the newest one is read once.
+        newest_id = max((c.id for c in (self.latest(f) for f in self.folders()) if c is not None), default=0)
+        tables = tables or {}
         commits = [
-            self._commit_staged(st, (tables or {}).get(st.space, st.space), commit_msg, commit_json or {})
-            for st in staged
-            if st is not None
+            self._commit_staged(st, newest_id + n, tables.get(st.space, st.space), commit_msg, commit_json or {})
+            for n, st in enumerate((st for st in staged if st is not None), start=1)
         ]
         results(
             side_by_side(
@@ -384,12 +387,13 @@ class HistoryStore:
         # Checked against HEAD before it moves: the new rows and their features' previous ones.
         verification = self._verify(head, written, first_i, first_i + total - 1)
         return _Staged(
-            space, folder, txn, tnx, ts, first_i, total, counts, changed_buckets, now_sigs, head, verification
+            space, folder, txn, tnx, ts, first_i, total, counts, changed_buckets, now_sigs, head, written, verification
         )
 
-    def _commit_staged(self, st: _Staged, table: str, commit_msg: str, commit_json: dict[str, Any]) -> Commit:
-        """Write the transaction's record: the commit point (global ids are given out one at a time)."""
-        global_id = 1 + max((c.id for c in (self.latest(f) for f in self.folders()) if c is not None), default=0)
+    def _commit_staged(
+        self, st: _Staged, global_id: int, table: str, commit_msg: str, commit_json: dict[str, Any]
+    ) -> Commit:
+        """Write the transaction's record: the commit point."""
         commit = Commit(
             space=st.space,
             txn=st.txn,
@@ -413,9 +417,8 @@ class HistoryStore:
 
     def _advance_head(self, st: _Staged) -> None:
         """Move HEAD past a committed transaction (``recover`` does it when a crash came first)."""
-        written = self._history_rows(st.folder, [st.txn])
         self.lake.replace_folders(
-            advance_head(st.head, written), HEAD_DS, BUCKET, st.changed_buckets, subfolder=st.folder
+            advance_head(st.head, st.rows), HEAD_DS, BUCKET, st.changed_buckets, subfolder=st.folder
         )
         self._write_state(st.folder, {"head_txn": st.txn, "signatures": st.now_sigs})
 

@@ -105,10 +105,10 @@ class EntityWork:
     definition: TargetEntity | None  # None: a default NGSI entity (text fields, NGSI keys)
     records: list[DataFrame] = field(default_factory=list)
     refreshes: list[DataFrame] = field(default_factory=list)
-    # Default NGSI entities are mapped in one pass: their bucketed records of the run (a filter of one
-    # cached frame), and per bucket how many records and which field names (one job for all of them).
+    # Set by ``VersioningRun._cache_records``: the run's bucketed records (a filter of a cached frame,
+    # shared by every default NGSI entity), and per bucket how many records and which field names.
     new: DataFrame | None = None
-    stats: dict[int, tuple[int, list[str]]] | None = None
+    stats: dict[int, tuple[int, list[str]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -165,7 +165,7 @@ class VersioningRun:
 
     # -- reads ----------------------------------------------------------------------------------
 
-    def fields_of(self, work: EntityWork, new_records: DataFrame | None = None) -> Fields:
+    def fields_of(self, work: EntityWork) -> Fields:
         if work.definition is not None:
             return dict(work.definition.stored_fields)
         # A default NGSI entity's columns grow with the attributes notified.
@@ -173,10 +173,7 @@ class VersioningRun:
         existing = self.lake.read_folders(self.spark, VERSIONS_DS, BUCKET, None, subfolder=entity_folder(work.name))
         if existing is not None:
             names |= {c for c in existing.columns if c not in STANDARD_FIELDS and c != BUCKET}
-        if work.stats is not None:
-            names |= {n for _, field_names in work.stats.values() for n in field_names}
-        elif new_records is not None:
-            names |= {r[0] for r in new_records.select(F.explode(F.map_keys("fields"))).distinct().collect()}
+        names |= {n for _, field_names in work.stats.values() for n in field_names}
         ordered = [*NGSI_KEYS, NGSI_ENTITY_TYPE]
         return {n: None for n in ordered + sorted(names - set(ordered))}
 
@@ -249,6 +246,7 @@ class VersioningRun:
             name = r["entity"]
             if name not in works and name not in defaults:
                 defaults[name] = EntityWork(name, None)
+        default_records: list[DataFrame] = []
         if default_types:
             # Every NGSI type the schema does not map, in one pass (the types are in the records).
             named = sorted(t for t in default_types if t is not None)
@@ -257,17 +255,16 @@ class VersioningRun:
                 unmapped = unmapped | F.col("source_entity").isNull()
             mapped = map_ngsi_default(source.where((F.col("source_system") == NGSI_SOURCE_SYSTEM) & unmapped))
             errors.append(mapped.errors)
-            self._split_defaults(mapped.records, [defaults[n] for n in sorted(defaults)])
-        else:
-            self._split_defaults(None, [defaults[n] for n in sorted(defaults)])
+            default_records.append(mapped.records)
+        if defaults:
+            records = union_all(default_records, _RECORDS_NO_BUCKET, self.spark)
+            self._cache_records(records, [defaults[n] for n in sorted(defaults)])
         return [*[works[n] for n in order], *[defaults[n] for n in sorted(defaults)]], errors
 
-    def _split_defaults(self, records: DataFrame | None, works: list[EntityWork]) -> None:
-        """Give each default NGSI entity its share of the run's records, cached once, with its stats."""
-        if not works:
-            return
-        if records is None:
-            records = self.spark.createDataFrame([], _RECORDS_NO_BUCKET)
+    def _cache_records(self, records: DataFrame, works: list[EntityWork]) -> None:
+        """Bucket and cache the run's records of ``works`` once (kept to the run's end: the message log
+        and the record index read them again), and give each work its share and, from one job, the
+        buckets it touches with their record counts and field names."""
         bucketed = records.withColumn(BUCKET, bucket_column(F.col("guid"), self.buckets)).persist()
         self._persisted.append(bucketed)
         self._new_records.append(bucketed)
@@ -328,15 +325,12 @@ class VersioningRun:
     def process(self, work: EntityWork) -> EntityOutcome | None:
         """Fold the keys this run touches for one entity and rewrite their buckets."""
         folder = entity_folder(work.name)
+        if work.new is None:  # a schema entity, whose records were mapped just before
+            self._cache_records(union_all(work.records, _RECORDS_NO_BUCKET, self.spark), [work])
         new = work.new
-        if new is None:
-            new = union_all(work.records, _RECORDS_NO_BUCKET, self.spark)
-            # Kept until the run ends: the message log and the record index read it again.
-            new = new.withColumn(BUCKET, bucket_column(F.col("guid"), self.buckets)).persist()
-            self._persisted.append(new)
-            self._new_records.append(new)
+        assert new is not None
         refreshes_new = union_all(work.refreshes, REFRESHES, self.spark)
-        fields = self.fields_of(work, new)
+        fields = self.fields_of(work)
 
         history = self.lake.read_folders(self.spark, REFRESHES_DS, PARTITION_COLUMN, None, subfolder=folder)
         refreshes = refreshes_new
@@ -344,14 +338,8 @@ class VersioningRun:
             refreshes = history.where(~F.col(PARTITION_COLUMN).isin(self.dts)).select(*REFRESHES.fieldNames())
             refreshes = refreshes.unionByName(refreshes_new)
 
-        if work.stats is not None:
-            new_buckets = set(work.stats)
-            record_count = sum(n for n, _ in work.stats.values())
-        else:
-            # One job: the buckets the new records fall in, and how many records (not markers) each has.
-            per_bucket = new.groupBy(BUCKET).agg(F.sum((F.col("op") != SEEN).cast("int")).alias("n")).collect()
-            new_buckets = {r[BUCKET] for r in per_bucket}
-            record_count = sum(int(r["n"] or 0) for r in per_bucket)
+        new_buckets = set(work.stats)
+        record_count = sum(n for n, _ in work.stats.values())
         old_buckets = self._old_buckets.get(work.name, set())
         # A refresh touches every live key in its scope, wherever it is stored.
         refresh_targets = None
@@ -406,8 +394,6 @@ class VersioningRun:
             self.lake.replace_folders(
                 export_rows(written, work.definition), EXPORTS_DS, BUCKET, affected, subfolder=folder
             )
-        if work.new is None:
-            self._index_rows.append(new.select(F.lit(work.name).alias("entity"), BUCKET, PARTITION_COLUMN).distinct())
         self._store_refreshes(refreshes_new, folder, has_refreshes)
         # Checked with every other entity's rewritten buckets in one aggregation at the end of the run.
         self._invariants.append(invariant_rows(written, work.name, list(fields)))
