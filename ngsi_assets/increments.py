@@ -21,6 +21,20 @@ from dataclasses import dataclass
 
 INCREMENT_TAG = "ngsi/increment"
 POSITIONS_FILE = "_positions.json"
+# How many independent pieces of a run (entities, history spaces) its assets process side by side.
+# The landing sensor gives its derived runs a narrow width so that they leave the cores to the
+# increments that run beside them; a run without the tag uses the assets' default.
+SIDE_BY_SIDE_TAG = "ngsi/side-by-side"
+
+
+def side_by_side_width(tags: Mapping[str, str], default: int) -> int:
+    """The run's ``ngsi/side-by-side`` tag (a whole number from 1), else ``default``."""
+    text = tags.get(SIDE_BY_SIDE_TAG)
+    if text is None:
+        return default
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ValueError(f"run tag {SIDE_BY_SIDE_TAG}={text!r}: expected a whole number from 1")
+    return int(text)
 
 
 def segment_hour(name: str) -> str:

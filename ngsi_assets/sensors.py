@@ -28,7 +28,7 @@ from dagster._core.storage.tags import MAX_RUNTIME_SECONDS_TAG
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ngsi_assets.assets.ingest import message_store
-from ngsi_assets.increments import INCREMENT_TAG, Increment, segment_hour
+from ngsi_assets.increments import INCREMENT_TAG, SIDE_BY_SIDE_TAG, Increment, segment_hour
 from ngsi_assets.ingest.landing import SegmentInfo
 from ngsi_assets.partitions import hourly_partitions
 from resources.landing import LandingZoneResource
@@ -78,6 +78,9 @@ class ContinuousSettings(BaseModel):
     model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
 
     derived_interval_s: float = Field(300.0, gt=0, alias="NGSI_DERIVED_INTERVAL_S")
+    # Entities and history spaces a derived run processes at once (the run tag ngsi/side-by-side):
+    # one leaves the second core to the increments; a whole-hour run keeps the assets' default.
+    derived_side_by_side: int = Field(1, ge=1, alias="NGSI_DERIVED_SIDE_BY_SIDE")
     hour_grace_s: float = Field(120.0, ge=0, alias="NGSI_HOUR_GRACE_S")
     # A run whose process died (killed, machine lost) stays "started" and would hold its lane for
     # ever: Dagster's run monitoring (dagster.yaml) cancels a run older than this, and a canceled
@@ -282,7 +285,8 @@ def plan_landing_runs(
             # An hour that has ended waits for its closing run rather than a periodic one.
             due = now < _hour_end(hour) and now.timestamp() - derived_at.get(hour, 0.0) >= settings.derived_interval_s
             if closed or (due and hour != increment_hour):
-                requests.append(LandingRequest(derived_job.name, hour, f"{hour}@derived:{digest}", {DERIVED_LANE: "1"}))
+                tags = {DERIVED_LANE: "1", SIDE_BY_SIDE_TAG: str(settings.derived_side_by_side)}
+                requests.append(LandingRequest(derived_job.name, hour, f"{hour}@derived:{digest}", tags))
                 # A run requested while increments of the hour are still open may start before they
                 # end: it covers them only partly, so the hour's closing run is still due.
                 derived[hour] = digest if closed else "~" + digest

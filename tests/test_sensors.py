@@ -12,7 +12,7 @@ import pytest
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
-from ngsi_assets.increments import INCREMENT_TAG, Increment
+from ngsi_assets.increments import INCREMENT_TAG, SIDE_BY_SIDE_TAG, Increment, side_by_side_width
 from ngsi_assets.ingest.landing import LandingWriter, SegmentInfo
 from ngsi_assets.ngsi.envelope import Envelope, hour_dir, partition_key
 from ngsi_assets.sensors import (
@@ -55,10 +55,10 @@ def _pending(segs: list[SegmentInfo], cursor: LandingCursor) -> dict[str, list[i
     return out
 
 
-def _plan(segs, cursor=None, now=None, open_runs=None, **kw):  # noqa: ANN001, ANN202
+def _plan(segs, cursor=None, now=None, open_runs=None, settings=SETTINGS, **kw):  # noqa: ANN001, ANN202
     cursor = cursor or LandingCursor()
     now = now or BASE + timedelta(hours=max(int(s.hour_dir[-2:]) for s in segs), minutes=30)
-    return plan_landing_runs(segs, _pending(segs, cursor), cursor, now, open_runs, SETTINGS, **kw)
+    return plan_landing_runs(segs, _pending(segs, cursor), cursor, now, open_runs, settings, **kw)
 
 
 def _increments(requests) -> list[tuple[str, dict]]:  # noqa: ANN001
@@ -151,6 +151,7 @@ def test_derived_runs_when_due_and_once_more_when_the_hour_closes() -> None:
     )
     (derived,) = requests
     assert derived.job_name == "ngsi_derived_job" and DERIVED_LANE in derived.tags
+    assert side_by_side_width(derived.tags, 4) == SETTINGS.derived_side_by_side == 1
     # More data, but the interval has not passed: no derived run.
     grown = [_seg(0, "a", 20)]
     requests, cursor = _plan(grown, cursor, now=t + timedelta(seconds=20))
@@ -398,3 +399,20 @@ def test_a_run_whose_process_died_is_canceled_and_its_increment_repaired(
     repairs = [r for r in t.tick() if isinstance(r, RunRequest) and r.job_name == "ngsi_ingest_job"]
     assert [r.run_key for r in repairs] == [f"repair:{run.run_id}"]
     assert float(repairs[0].tags[MAX_RUNTIME_SECONDS_TAG]) == ContinuousSettings().hour_max_runtime_s
+
+
+def test_derived_runs_carry_the_configured_side_by_side_width_and_bad_widths_are_refused() -> None:
+    a = _seg(0, "a", 10)
+    t = BASE + timedelta(minutes=10)
+    wide = ContinuousSettings.from_env({"NGSI_DERIVED_SIDE_BY_SIDE": "3"})
+    busy = OpenRuns(ingest_hours=frozenset({_key(0)}))
+    _, cursor = _plan([a], now=t, settings=wide)
+    (derived,) = _plan([a], cursor, now=t + timedelta(seconds=10), open_runs=busy, settings=wide)[0]
+    assert derived.tags[SIDE_BY_SIDE_TAG] == "3"
+    # Whole-hour runs (backfills, repairs, the UI) keep the assets' default.
+    assert side_by_side_width({}, 4) == 4
+    for bad in ("0", "-1", "two", ""):
+        with pytest.raises(ValueError, match="NGSI_DERIVED_SIDE_BY_SIDE"):
+            ContinuousSettings.from_env({"NGSI_DERIVED_SIDE_BY_SIDE": bad})
+        with pytest.raises(ValueError, match=f"run tag {SIDE_BY_SIDE_TAG}={bad!r}"):
+            side_by_side_width({SIDE_BY_SIDE_TAG: bad}, 4)

@@ -19,12 +19,14 @@ from dagster_pyspark import LazyPySparkResource
 
 from ngsi_assets.assets.versioned_entities import INDEX_DS, INDEX_DT, versioned_entities
 from ngsi_assets.history_store import Commit, HistoryStore, publish
+from ngsi_assets.increments import side_by_side_width
 from ngsi_assets.ngsi.entity_schema import NGSI_KEYS, EntitySchema
 from ngsi_assets.ngsi.transactions import tnx_of
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.transforms.schemas import MESSAGE_STORE
 from resources.history import TransactionHistoryResource
 from resources.lake import LakeResource
+from resources.parallel import DEFAULT_WORKERS
 from resources.versioning import VersioningResource
 
 GROUP = "entities"
@@ -132,6 +134,7 @@ def transaction_history(
             messages,
             commit_msg=f"dagster run {context.run_id}",
             commit_json={"run_id": context.run_id, "partitions": [keys[0], keys[-1]], "hours": len(keys)},
+            workers=side_by_side_width(context.run.tags, DEFAULT_WORKERS),
         )
     for commit in commits:
         context.log.info(f"space {commit.space!r}: transaction {commit.txn} tnx {commit.tnx} {commit.commit_json}")

@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from ngsi_assets.assets.ingest import message_store, ngsi_events
+from ngsi_assets.increments import side_by_side_width
 from ngsi_assets.ngsi.constants import MessageStatus
 from ngsi_assets.ngsi.entity_schema import (
     DELETED,
@@ -538,7 +539,8 @@ def versioned_entities(
     schema = versioning.load_schema()
     messages = lake.read(session, "message_store", MESSAGE_STORE, keys)
     events = lake.read(session, "ngsi_events", NGSI_EVENTS, keys)
-    run = VersioningRun(session, lake, schema, versioning.buckets, keys)
+    workers = side_by_side_width(context.run.tags, DEFAULT_WORKERS)
+    run = VersioningRun(session, lake, schema, versioning.buckets, keys, workers=workers)
     outcomes, log = run.run(messages, events)
 
     statuses = {str(r["status"]): int(r["n"]) for r in log.groupBy("status").agg(F.count("*").alias("n")).collect()}
