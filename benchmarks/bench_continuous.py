@@ -278,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=20.0)
     parser.add_argument("--cars", type=int, default=50)
     parser.add_argument("--drain-minutes", type=float, default=15.0)
+    parser.add_argument(
+        "--derived-side-by-side",
+        type=int,
+        default=None,
+        help="NGSI_DERIVED_SIDE_BY_SIDE for the daemon (default: the platform's)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args(argv)
@@ -303,7 +309,10 @@ def main(argv: list[str] | None = None) -> int:
         connect, remote = start_connect_server(work)
         procs.append(connect)
         home, landing, lake = work / "home", work / "landing", work / "lake"
-        env = platform_env(home, landing, lake, {"NGSI_SPARK_REMOTE": remote, "NGSI_SQL_SINKS_CONFIG": str(sinks)})
+        extra = {"NGSI_SPARK_REMOTE": remote, "NGSI_SQL_SINKS_CONFIG": str(sinks)}
+        if args.derived_side_by_side is not None:
+            extra["NGSI_DERIVED_SIDE_BY_SIDE"] = str(args.derived_side_by_side)
+        env = platform_env(home, landing, lake, extra)
         bin_dir = Path(sys.executable).parent
         rport = free_port()
         rlog = work / "receiver.log"
@@ -356,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             "rate": args.rate,
             "minutes": args.minutes,
             "cars": args.cars,
+            "derived_side_by_side": args.derived_side_by_side,
             "acknowledged": len(obs.acks),
             "refused": obs.refused,
             "freshness_s": {
@@ -408,7 +418,9 @@ def render(r: dict[str, Any]) -> str:
         BEGIN,
         f"Machine: {describe_machine()}.",
         "",
-        f"`benchmarks/bench_continuous.py --rate {r['rate']:g} --minutes {r['minutes']:g} --cars {r['cars']}`: "
+        f"`benchmarks/bench_continuous.py --rate {r['rate']:g} --minutes {r['minutes']:g} --cars {r['cars']}"
+        + ("" if r.get("derived_side_by_side") is None else f" --derived-side-by-side {r['derived_side_by_side']}")
+        + "`: "
         "receiver, Dagster daemon with the sensors, one Spark Connect server, PostgreSQL and MariaDB "
         "(historic and last data, dm-by-entity-type), STH in the lake.",
         "",
