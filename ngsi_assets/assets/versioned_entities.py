@@ -544,10 +544,15 @@ def versioned_entities(
     outcomes, log = run.run(messages, events)
 
     statuses = {str(r["status"]): int(r["n"]) for r in log.groupBy("status").agg(F.count("*").alias("n")).collect()}
-    waiting = log.where(F.col("status") == int(MessageStatus.REQUIRES_REPROCESSING))
-    examples = [r[0] for r in waiting.select("message_identifier").limit(5).collect()]
-    errors = log.where(F.col("status") == int(MessageStatus.ERROR)).select("message_identifier", "error_text")
-    error_examples = [{"message": r[0], "error": r[1]} for r in errors.limit(5).collect()]
+    # Examples only where the counts show some (usually none: two Spark jobs fewer).
+    examples: list[str] = []
+    if statuses.get(str(int(MessageStatus.REQUIRES_REPROCESSING))):
+        waiting = log.where(F.col("status") == int(MessageStatus.REQUIRES_REPROCESSING))
+        examples = [r[0] for r in waiting.select("message_identifier").limit(5).collect()]
+    error_examples: list[dict[str, str]] = []
+    if statuses.get(str(int(MessageStatus.ERROR))):
+        errors = log.where(F.col("status") == int(MessageStatus.ERROR)).select("message_identifier", "error_text")
+        error_examples = [{"message": r[0], "error": r[1]} for r in errors.limit(5).collect()]
     per_entity = {
         o.name: {"records": o.records, "buckets_rewritten": o.buckets_rewritten, "rows": o.rows_in_rewritten_buckets}
         for o in outcomes

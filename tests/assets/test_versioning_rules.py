@@ -19,9 +19,11 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pyspark.sql import SparkSession
 
 from ngsi_assets.assets.versioned_entities import EXPORTS_DS
@@ -29,7 +31,7 @@ from ngsi_assets.ngsi.entity_schema import entity_folder
 from ngsi_assets.transforms.schemas import MESSAGE_STORE
 from ngsi_assets.transforms.versioned_entities import guid_of
 from resources.lake import LakeResource
-from tests.assets.versioning_support import Msg, log_rows, process, schema_of, table_rows
+from tests.assets.versioning_support import Msg, log_rows, materialize_versioned, process, schema_of, table_rows
 
 H10 = "2026-03-01-10:00"
 H11 = "2026-03-01-11:00"
@@ -433,41 +435,40 @@ def test_export_entity_holds_live_rows(rules: Snapshot) -> None:
 # The "orders" lake: links, reprocessing, children
 
 
-ORDERS_SCHEMA = schema_of(
-    {
-        "entities": {
-            "customer": {
-                "fields": {
-                    "customer_number": {"type": "text", "key": True},
-                    "customer_name": {"type": "text"},
-                    "region": {"type": "text"},
-                }
-            },
-            "order": {
-                "fields": {
-                    "order_number": {"type": "integer", "key": True},
-                    "order_customer": {"type": "link", "linkEntity": "customer", "linkKey": ["customer_number"]},
-                    # region is not unique among customers: a lookup by it can match several rows.
-                    "region_customer": {"type": "link", "linkEntity": "customer", "linkKey": ["region"]},
-                    "order_lines": {
-                        "type": "children",
-                        "childEntity": "order_line",
-                        "parentIdentifier": "order",
-                        "childSequence": "line_number",
-                    },
-                }
-            },
-            "order_line": {
-                "fields": {
-                    "order": {"type": "link", "linkEntity": "order", "key": True},
-                    "line_number": {"type": "integer", "key": True},
-                    "product": {"type": "text"},
-                    "quantity": {"type": "integer"},
-                }
-            },
-        }
+ORDERS_DOC: dict[str, Any] = {
+    "entities": {
+        "customer": {
+            "fields": {
+                "customer_number": {"type": "text", "key": True},
+                "customer_name": {"type": "text"},
+                "region": {"type": "text"},
+            }
+        },
+        "order": {
+            "fields": {
+                "order_number": {"type": "integer", "key": True},
+                "order_customer": {"type": "link", "linkEntity": "customer", "linkKey": ["customer_number"]},
+                # region is not unique among customers: a lookup by it can match several rows.
+                "region_customer": {"type": "link", "linkEntity": "customer", "linkKey": ["region"]},
+                "order_lines": {
+                    "type": "children",
+                    "childEntity": "order_line",
+                    "parentIdentifier": "order",
+                    "childSequence": "line_number",
+                },
+            }
+        },
+        "order_line": {
+            "fields": {
+                "order": {"type": "link", "linkEntity": "order", "key": True},
+                "line_number": {"type": "integer", "key": True},
+                "product": {"type": "text"},
+                "quantity": {"type": "integer"},
+            }
+        },
     }
-)
+}
+ORDERS_SCHEMA = schema_of(ORDERS_DOC)
 ORDER_COLUMNS = [*STANDARD, "order_number", "order_customer", "region_customer", *TAIL]
 CUSTOMER_COLUMNS = [*STANDARD, "customer_number", "customer_name", "region", *TAIL]
 LINE_COLUMNS = [*STANDARD, "order", "line_number", "product", "quantity", *TAIL]
@@ -644,6 +645,36 @@ def test_reprocessing_resolves_a_link_that_arrived_later(orders: list[Snapshot])
     assert third.tables["order"] == rows(*ORDERS_AFTER_HOUR_10, O4_ROW)
     assert third.tables["order_line"] == second.tables["order_line"]
     assert third.log == {**second.log, "o1": (3, None)}
+
+
+def test_the_materialization_names_waiting_and_failed_messages_only_when_there_are_some(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Up to 5 messages waiting for a link and 5 that failed, with their errors, in the asset's metadata;
+    none (and no query for them) when every message was processed."""
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    store(spark, lake, ORDERS_HOUR_10)
+    store(spark, lake, ORDERS_HOUR_11)
+    schema_file = tmp_path / "schema.yaml"
+    schema_file.write_text(yaml.safe_dump(ORDERS_DOC))
+
+    def metadata(hour: str) -> dict[str, Any]:
+        result = materialize_versioned(lake.root, [hour], str(schema_file))
+        assert result.success
+        (event,) = result.asset_materializations_for_node("versioned_entities")
+        return {k: v.value for k, v in event.metadata.items()}
+
+    first = metadata(H10)
+    log = log_rows(spark, lake)
+    waiting = sorted(m for m, (status, _) in log.items() if status == 1)
+    failed = {m: error for m, (status, error) in log.items() if status == 4}
+    assert waiting == ["o1"] and 1 < len(failed) <= 5
+    assert first["reprocessing_examples"] == waiting
+    assert {e["message"]: e["error"] for e in first["error_examples"]} == failed
+    assert first["messages_by_status"] == {"1": 1, "3": len(log) - 1 - len(failed), "4": len(failed)}
+    clean = metadata(H11)
+    assert clean["messages_by_status"] == {"3": 1}
+    assert clean["reprocessing_examples"] == [] and clean["error_examples"] == []
 
 
 def test_children_follow_their_parent(orders: list[Snapshot]) -> None:
