@@ -19,6 +19,8 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from resources.parallel import DEFAULT_WORKERS
+
 INCREMENT_TAG = "ngsi/increment"
 POSITIONS_FILE = "_positions.json"
 # How many independent pieces of a run (entities, history spaces) its assets process side by side.
@@ -27,7 +29,7 @@ POSITIONS_FILE = "_positions.json"
 SIDE_BY_SIDE_TAG = "ngsi/side-by-side"
 
 
-def side_by_side_width(tags: Mapping[str, str], default: int) -> int:
+def side_by_side_width(tags: Mapping[str, str], default: int = DEFAULT_WORKERS) -> int:
     """The run's ``ngsi/side-by-side`` tag (a whole number from 1), else ``default``."""
     text = tags.get(SIDE_BY_SIDE_TAG)
     if text is None:

@@ -26,7 +26,6 @@ from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.transforms.schemas import MESSAGE_STORE
 from resources.history import TransactionHistoryResource
 from resources.lake import LakeResource
-from resources.parallel import DEFAULT_WORKERS
 from resources.versioning import VersioningResource
 
 GROUP = "entities"
@@ -134,7 +133,7 @@ def transaction_history(
             messages,
             commit_msg=f"dagster run {context.run_id}",
             commit_json={"run_id": context.run_id, "partitions": [keys[0], keys[-1]], "hours": len(keys)},
-            workers=side_by_side_width(context.run.tags, DEFAULT_WORKERS),
+            workers=side_by_side_width(context.run.tags),
         )
     for commit in commits:
         context.log.info(f"space {commit.space!r}: transaction {commit.txn} tnx {commit.tnx} {commit.commit_json}")

@@ -539,8 +539,7 @@ def versioned_entities(
     schema = versioning.load_schema()
     messages = lake.read(session, "message_store", MESSAGE_STORE, keys)
     events = lake.read(session, "ngsi_events", NGSI_EVENTS, keys)
-    workers = side_by_side_width(context.run.tags, DEFAULT_WORKERS)
-    run = VersioningRun(session, lake, schema, versioning.buckets, keys, workers=workers)
+    run = VersioningRun(session, lake, schema, versioning.buckets, keys, workers=side_by_side_width(context.run.tags))
     outcomes, log = run.run(messages, events)
 
     statuses = {str(r["status"]): int(r["n"]) for r in log.groupBy("status").agg(F.count("*").alias("n")).collect()}
