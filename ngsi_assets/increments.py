@@ -29,6 +29,59 @@ POSITIONS_FILE = "_positions.json"
 SIDE_BY_SIDE_TAG = "ngsi/side-by-side"
 
 
+# The landing sensor's derived runs fold only the increments the versioned entities have not folded
+# yet, on top of what they folded before; a run without the tag folds its hours whole.
+NEW_INCREMENTS_TAG = "ngsi/new-increments"
+
+
+@dataclass(frozen=True)
+class HourContent:
+    """What of an hour a versioning run folded: the names of the message store's and the events'
+    whole-hour files, the increments whose events were all in, and the ids (``batch_id``) of the
+    batches of increments folded on top of the whole hour (their rows in the hour's message log)."""
+
+    whole: Mapping[str, Sequence[str]]
+    increments: frozenset[str]
+    batches: frozenset[str] = frozenset()
+
+    def to_text(self) -> str:
+        whole = {k: sorted(v) for k, v in sorted(self.whole.items())}
+        return json.dumps(
+            {"whole": whole, "increments": sorted(self.increments), "batches": sorted(self.batches)}, sort_keys=True
+        )
+
+    def with_batch(self, increments: Sequence[str]) -> HourContent:
+        return HourContent(self.whole, self.increments | set(increments), self.batches | {batch_id(increments)})
+
+    @staticmethod
+    def from_text(text: str | None) -> HourContent | None:
+        """None for no text or damaged text (the hour is then folded whole again)."""
+        if not text:
+            return None
+        try:
+            raw = json.loads(text)
+            whole = {str(k): sorted(str(n) for n in v) for k, v in raw["whole"].items()}
+            return HourContent(
+                whole, frozenset(str(i) for i in raw["increments"]), frozenset(str(b) for b in raw.get("batches", []))
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def new_increments(self, now: HourContent) -> list[str] | None:
+        """The increments of ``now`` to fold on top of this content, or None when the hour must be
+        folded whole: its whole-hour files changed (a repair or a backfill rewrote it) or an
+        increment folded before is gone."""
+        same_whole = {k: sorted(v) for k, v in self.whole.items()} == {k: sorted(v) for k, v in now.whole.items()}
+        if not same_whole or not self.increments <= now.increments:
+            return None
+        return sorted(now.increments - self.increments)
+
+
+def batch_id(increment_ids: Sequence[str]) -> str:
+    """The id of the files a run that folds these increments adds to an hour (hex, like an increment's)."""
+    return hashlib.sha256(json.dumps(sorted(increment_ids)).encode()).hexdigest()[:20]
+
+
 def side_by_side_width(tags: Mapping[str, str], default: int = DEFAULT_WORKERS) -> int:
     """The run's ``ngsi/side-by-side`` tag (a whole number from 1), else ``default``."""
     text = tags.get(SIDE_BY_SIDE_TAG)

@@ -28,7 +28,7 @@ from dagster._core.storage.tags import MAX_RUNTIME_SECONDS_TAG
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ngsi_assets.assets.ingest import message_store
-from ngsi_assets.increments import INCREMENT_TAG, SIDE_BY_SIDE_TAG, Increment, segment_hour
+from ngsi_assets.increments import INCREMENT_TAG, NEW_INCREMENTS_TAG, SIDE_BY_SIDE_TAG, Increment, segment_hour
 from ngsi_assets.ingest.landing import SegmentInfo
 from ngsi_assets.partitions import hourly_partitions
 from resources.landing import LandingZoneResource
@@ -285,7 +285,11 @@ def plan_landing_runs(
             # An hour that has ended waits for its closing run rather than a periodic one.
             due = now < _hour_end(hour) and now.timestamp() - derived_at.get(hour, 0.0) >= settings.derived_interval_s
             if closed or (due and hour != increment_hour):
-                tags = {DERIVED_LANE: "1", SIDE_BY_SIDE_TAG: str(settings.derived_side_by_side)}
+                tags = {
+                    DERIVED_LANE: "1",
+                    SIDE_BY_SIDE_TAG: str(settings.derived_side_by_side),
+                    NEW_INCREMENTS_TAG: "1",
+                }
                 requests.append(LandingRequest(derived_job.name, hour, f"{hour}@derived:{digest}", tags))
                 # A run requested while increments of the hour are still open may start before they
                 # end: it covers them only partly, so the hour's closing run is still due.

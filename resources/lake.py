@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -49,6 +49,8 @@ STALE_COMMIT_S = 600.0
 # A staging folder whose writer cannot be asked (another machine, or named before writers were) is
 # removed when it is this old: staging a write takes minutes at most.
 STALE_STAGING_S = 24 * 3600.0
+# An hour's mark that an increment's rows are all in (``mark_increment_done``), followed by its id.
+INCREMENT_DONE = "_done-"
 # A folder removed by someone else at the same time is looked at again this many times.
 _DELETE_ATTEMPTS = 5
 
@@ -465,6 +467,57 @@ class LakeResource(ConfigurableResource):
         prefix = self._increment_prefix(increment_id)
         folder = self.partition_uri(dataset, partition_key)
         return [f"{folder}/{n}" for n in self.files().list_names(folder) if n.startswith(prefix)]
+
+    @staticmethod
+    def increment_of(name: str) -> str | None:
+        """The increment id in an increment file's name (``inc-<id>-<write>-<n>.parquet``), else None."""
+        parts = name.split("-")
+        if parts[0] != "inc" or len(parts) != 4 or not name.endswith(".parquet"):
+            return None
+        return parts[1]
+
+    def mark_increment_done(self, dataset: str, partition_key: str, increment_id: str) -> None:
+        """Record in the hour's folder that the increment's rows are all in (it may have added none).
+
+        A whole-hour write of the hour swaps the folder, and the marks with it."""
+        self._increment_prefix(increment_id)  # a bad id raises
+        self.files().write_text(f"{self.partition_uri(dataset, partition_key)}/{INCREMENT_DONE}{increment_id}", "")
+
+    def increment_ids(self, dataset: str, partition_key: str, *, marked_done: bool = False) -> set[str]:
+        """The increments with files in the hour (their files move in with one journal, so an increment
+        with files has all of them); or (``marked_done``) those marked done by ``mark_increment_done``."""
+        self.recover(dataset)
+        names = self.files().list_names(self.partition_uri(dataset, partition_key))
+        if marked_done:
+            return {n[len(INCREMENT_DONE) :] for n in names if n.startswith(INCREMENT_DONE)}
+        return {i for i in map(self.increment_of, names) if i is not None}
+
+    def read_hour_parts(
+        self,
+        spark: SparkSession,
+        dataset: str,
+        schema: StructType,
+        parts: Mapping[str, Iterable[str]],
+        *,
+        whole: bool = True,
+    ) -> DataFrame:
+        """Rows of some files of some hours, with a ``dt`` column: per hour (partition key) of ``parts``,
+        the files of the increments it names and (``whole``) the whole-hour files; an increment not
+        named (still being written, or not wanted) is left out. One read."""
+        full_schema = _with_partition_column(schema)
+        self.recover(dataset)
+        paths = []
+        for key, increment_ids in sorted(parts.items()):
+            wanted = set(increment_ids)
+            folder = self.partition_uri(dataset, key)
+            for name in self.files().list_names(folder):
+                if not name.endswith(".parquet"):
+                    continue
+                if self.increment_of(name) in wanted or (whole and not name.startswith(("inc-", "_", "."))):
+                    paths.append(f"{folder}/{name}")
+        if not paths:
+            return spark.createDataFrame([], full_schema)
+        return spark.read.schema(full_schema).option("basePath", self.dataset_uri(dataset)).parquet(*paths)
 
     def whole_hour_files(self, dataset: str, partition_key: str) -> list[str]:
         """The Parquet files of an hour that no increment wrote (a whole-hour write's)."""

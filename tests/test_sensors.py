@@ -12,7 +12,7 @@ import pytest
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
-from ngsi_assets.increments import INCREMENT_TAG, SIDE_BY_SIDE_TAG, Increment, side_by_side_width
+from ngsi_assets.increments import INCREMENT_TAG, NEW_INCREMENTS_TAG, SIDE_BY_SIDE_TAG, Increment, side_by_side_width
 from ngsi_assets.ingest.landing import LandingWriter, SegmentInfo
 from ngsi_assets.ngsi.envelope import Envelope, hour_dir, partition_key
 from ngsi_assets.sensors import (
@@ -399,9 +399,10 @@ def test_a_run_whose_process_died_is_canceled_and_its_increment_repaired(
     repairs = [r for r in t.tick() if isinstance(r, RunRequest) and r.job_name == "ngsi_ingest_job"]
     assert [r.run_key for r in repairs] == [f"repair:{run.run_id}"]
     assert float(repairs[0].tags[MAX_RUNTIME_SECONDS_TAG]) == ContinuousSettings().hour_max_runtime_s
+    assert NEW_INCREMENTS_TAG not in repairs[0].tags  # a repair folds its hour whole
 
 
-def test_derived_runs_carry_the_configured_side_by_side_width_and_bad_widths_are_refused() -> None:
+def test_derived_runs_fold_new_increments_at_the_configured_width_and_bad_widths_are_refused() -> None:
     a = _seg(0, "a", 10)
     t = BASE + timedelta(minutes=10)
     wide = ContinuousSettings.from_env({"NGSI_DERIVED_SIDE_BY_SIDE": "3"})
@@ -409,6 +410,8 @@ def test_derived_runs_carry_the_configured_side_by_side_width_and_bad_widths_are
     _, cursor = _plan([a], now=t, settings=wide)
     (derived,) = _plan([a], cursor, now=t + timedelta(seconds=10), open_runs=busy, settings=wide)[0]
     assert derived.tags[SIDE_BY_SIDE_TAG] == "3"
+    # A derived run folds only what the versioned entities have not folded yet.
+    assert derived.tags[NEW_INCREMENTS_TAG] == "1"
     # Whole-hour runs (backfills, repairs, the UI) keep the assets' default.
     assert side_by_side_width({}, 4) == 4
     for bad in ("0", "-1", "two", ""):

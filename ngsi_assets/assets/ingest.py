@@ -262,6 +262,8 @@ def ngsi_events(
         lake.append_increment(to_ngsi_events(messages), "ngsi_events", key, inc.id)
         new_rejects = ngsi_event_rejects(messages)
         lake.append_increment(new_rejects, "ngsi_event_rejects", key, inc.id, empty=new_rejects.isEmpty())
+        # The derived runs fold only the increments whose events are all in (even when there are none).
+        lake.mark_increment_done("ngsi_events", key, inc.id)
         events = lake.read_increment(session, "ngsi_events", NGSI_EVENTS, key, inc.id)
         rejects = lake.read_increment(session, "ngsi_event_rejects", NGSI_EVENT_REJECTS, key, inc.id)
     null_key = F.col("entityId").isNull() | F.col("attrName").isNull() | F.col("timeIndex").isNull()

@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from ngsi_assets.assets.ingest import message_store, ngsi_events
-from ngsi_assets.increments import side_by_side_width
+from ngsi_assets.increments import NEW_INCREMENTS_TAG, HourContent, batch_id, side_by_side_width
 from ngsi_assets.ngsi.constants import MessageStatus
 from ngsi_assets.ngsi.entity_schema import (
     DELETED,
@@ -155,7 +155,14 @@ class VersioningRun:
         buckets: int,
         keys: Sequence[str],
         workers: int = DEFAULT_WORKERS,
+        batch: str | None = None,
     ) -> None:
+        """``batch``: the run folds only some increments of its one hour (the messages and events given
+        to ``run``) on top of what earlier runs folded; its id names the rows it adds to the hour's
+        message log, errors and record index. None: the run's hours are folded whole."""
+        if batch is not None and len(keys) != 1:
+            raise ValueError(f"a run folding increments is for one hour, not {len(keys)}")
+        self.batch = batch
         self.spark = spark
         self.workers = workers
         self.lake = lake
@@ -242,8 +249,9 @@ class VersioningRun:
                 )
         self._pending = pending
         self._works = works
-        # Entities the run's hours wrote before (a changed mapping) are reprocessed too.
-        for r in self._indexed().select("entity").distinct().collect():
+        # Entities the run's hours wrote before (a changed mapping) are reprocessed too; increments
+        # only add to what the hour holds.
+        for r in [] if self.batch else self._indexed().select("entity").distinct().collect():
             name = r["entity"]
             if name not in works and name not in defaults:
                 defaults[name] = EntityWork(name, None)
@@ -336,8 +344,9 @@ class VersioningRun:
         history = self.lake.read_folders(self.spark, REFRESHES_DS, PARTITION_COLUMN, None, subfolder=folder)
         refreshes = refreshes_new
         if history is not None:
-            refreshes = history.where(~F.col(PARTITION_COLUMN).isin(self.dts)).select(*REFRESHES.fieldNames())
-            refreshes = refreshes.unionByName(refreshes_new)
+            if not self.batch:  # the run's hours are replaced; a batch brings no refresh (see ``run``)
+                history = history.where(~F.col(PARTITION_COLUMN).isin(self.dts))
+            refreshes = history.select(*REFRESHES.fieldNames()).unionByName(refreshes_new)
 
         new_buckets = set(work.stats)
         record_count = sum(n for n, _ in work.stats.values())
@@ -365,10 +374,16 @@ class VersioningRun:
         old = self.lake.read_folders(
             self.spark, RECORDS_DS, BUCKET, affected, subfolder=folder, schema=ENTITY_RECORDS
         ) or self.spark.createDataFrame([], ENTITY_RECORDS)
-        records = old.where(~F.col(PARTITION_COLUMN).isin(self.dts)).unionByName(
-            new.select(*ENTITY_RECORDS.fieldNames())
-        )
-        touched = new.select("guid").union(old.where(F.col(PARTITION_COLUMN).isin(self.dts)).select("guid"))
+        # What the run replaces: its hours' records, or the records of its batch's messages (stored by an
+        # earlier attempt of the same batch).
+        if self.batch:
+            replaced = old.join(self._batch_messages, "message_identifier", "left_semi")
+            kept = old.join(self._batch_messages, "message_identifier", "left_anti")
+        else:
+            replaced = old.where(F.col(PARTITION_COLUMN).isin(self.dts))
+            kept = old.where(~F.col(PARTITION_COLUMN).isin(self.dts))
+        records = kept.unionByName(new.select(*ENTITY_RECORDS.fieldNames()))
+        touched = new.select("guid").union(replaced.select("guid"))
         if refresh_targets is not None:
             touched = touched.union(refresh_targets.select("guid"))
         touched = touched.distinct()
@@ -401,7 +416,10 @@ class VersioningRun:
         return EntityOutcome(name=work.name, records=record_count, buckets_rewritten=len(affected))
 
     def _store_refreshes(self, refreshes_new: DataFrame, folder: str, any_new: bool) -> None:
-        """Replace the run's hours of the entity's refresh events (skipped when there were and are none)."""
+        """Replace the run's hours of the entity's refresh events (skipped when there were and are none,
+        and for a batch, which brings none)."""
+        if self.batch:
+            return
         if not any_new and (
             self.lake.read_folders(self.spark, REFRESHES_DS, PARTITION_COLUMN, self.dts, subfolder=folder) is None
         ):
@@ -434,9 +452,14 @@ class VersioningRun:
             refreshing = refresh_messages(messages).persist()
             self._persisted += [source, refreshing]
             self._any_refresh = bool(refreshing.limit(1).count())
-            # The buckets each entity's records of the run's hours were in (one small read for all entities).
+            if self.batch and self._any_refresh:
+                # A refresh deletes every live key it did not name, wherever stored: its hour is folded whole.
+                raise WholeHourNeeded("a refresh message is among the increments")
+            self._batch_messages = source.select("message_identifier").distinct()
+            # The buckets each entity's records of the run's hours were in (one small read for all
+            # entities); a batch only adds to the hour.
             self._old_buckets: dict[str, set[int]] = {}
-            for r in self._indexed().select("entity", BUCKET).distinct().collect():
+            for r in [] if self.batch else self._indexed().select("entity", BUCKET).distinct().collect():
                 self._old_buckets.setdefault(r["entity"], set()).add(r[BUCKET])
             works, errors = self.plan(source, refreshing)
             errors.append(csv_errors)
@@ -475,12 +498,28 @@ class VersioningRun:
                 .distinct()
             )
             records_df = union_all(all_records, _MESSAGE_IDS, self.spark)
+            log = message_log(processed, records_df, errors_df)
+            index = union_all(self._index_rows, INDEX_DT, self.spark)
+            if self.batch:
+                # Added to the hour as the batch's files: a rerun of the batch replaces exactly them.
+                key, batch = self.keys[0], self.batch
+                results(
+                    side_by_side(
+                        [
+                            functools.partial(self.lake.append_increment, df, ds, key, batch)
+                            for df, ds in ((errors_df, ERRORS_DS), (log, LOG_DS), (index, INDEX_DS))
+                        ],
+                        name="lake-append",
+                        workers=3,
+                    )
+                )
+                return outcomes, self.lake.read_increment(self.spark, LOG_DS, MESSAGE_LOG, key, batch)
             # Three small writes, latency rather than work: side by side.
             self.lake.replace_together(
                 [
                     FolderWrite.hours(errors_df, ERRORS_DS, self.keys),
-                    FolderWrite.hours(message_log(processed, records_df, errors_df), LOG_DS, self.keys),
-                    FolderWrite.hours(union_all(self._index_rows, INDEX_DT, self.spark), INDEX_DS, self.keys),
+                    FolderWrite.hours(log, LOG_DS, self.keys),
+                    FolderWrite.hours(index, INDEX_DS, self.keys),
                 ]
             )
             return outcomes, self.lake.read(self.spark, LOG_DS, MESSAGE_LOG, self.keys)
@@ -490,9 +529,84 @@ class VersioningRun:
                 frame.unpersist()
 
 
+class WholeHourNeeded(Exception):
+    """A batch of increments that cannot be folded on top of its hour: fold the hour whole."""
+
+
 _MESSAGE_IDS = StructType([StructField("message_identifier", StringType())])
 _RECORDS_NO_BUCKET = StructType([f for f in ENTITY_RECORDS.fields if f.name != BUCKET])
 INDEX_DT = StructType([*INDEX.fields, StructField(PARTITION_COLUMN, StringType(), False)])
+# In each hour of the message log: what of the hour the versioned entities hold (``HourContent``).
+FOLDED_FILE = "_folded.json"
+
+
+def hour_content(lake: LakeResource, key: str) -> HourContent:
+    """What of an hour a run folds: the whole-hour files, and the increments whose events are all in."""
+    whole = {ds: lake.whole_hour_files(ds, key) for ds in ("message_store", "ngsi_events")}
+    marked = lake.increment_ids("ngsi_events", key, marked_done=True)
+    # An hour whose increments were written before ``ngsi_events`` marked them: every stored one
+    # counts, as it did then.
+    done = marked | lake.increment_ids("ngsi_events", key) if marked else lake.increment_ids("message_store", key)
+    return HourContent(whole, frozenset(done))
+
+
+@dataclass
+class Folding:
+    """What a materialization folded (``how``: whole, some increments, nothing new), and its outcome."""
+
+    outcomes: list[EntityOutcome]
+    log: DataFrame
+    how: str
+
+
+def fold_hours(
+    spark: SparkSession,
+    lake: LakeResource,
+    schema: EntitySchema,
+    buckets: int,
+    keys: Sequence[str],
+    *,
+    new_only: bool,
+    workers: int = DEFAULT_WORKERS,
+) -> Folding:
+    """Fold the run's hours whole or (``new_only``, one hour) only the increments not folded yet.
+
+    Each hour's message log keeps what the hour's rows hold (``FOLDED_FILE``), written after the rows:
+    a run killed before it is redone by the next run (a whole hour again, or a batch of increments
+    that includes the unfinished one, whose partial log rows are removed first).
+    """
+    contents = {k: hour_content(lake, k) for k in keys}
+    folded = None
+    if new_only and len(keys) == 1:
+        folded = HourContent.from_text(lake.read_hour_file(LOG_DS, keys[0], FOLDED_FILE))
+    todo = folded.new_increments(contents[keys[0]]) if folded is not None else None
+    how = "whole"
+    if folded is not None and todo == []:
+        return Folding([], spark.createDataFrame([], MESSAGE_LOG), "nothing new")
+    if folded is not None and todo:
+        key = keys[0]
+        for ds in (ERRORS_DS, LOG_DS, INDEX_DS):  # rows of a batch whose run was killed before it ended
+            for stale in lake.increment_ids(ds, key) - folded.batches:
+                lake.delete_increment(ds, key, stale)
+        messages = lake.read_hour_parts(spark, "message_store", MESSAGE_STORE, {key: todo}, whole=False)
+        events = lake.read_hour_parts(spark, "ngsi_events", NGSI_EVENTS, {key: todo}, whole=False)
+        run = VersioningRun(spark, lake, schema, buckets, [key], workers=workers, batch=batch_id(todo))
+        try:
+            outcomes, log = run.run(messages, events)
+        except WholeHourNeeded as exc:
+            how = f"whole ({exc})"
+        else:
+            lake.write_hour_file(LOG_DS, key, FOLDED_FILE, folded.with_batch(todo).to_text())
+            return Folding(outcomes, log, f"{len(todo)} increments")
+    # Each hour's whole-hour files and done increments (one whose events are still being written is
+    # left to the next run).
+    done = {k: c.increments for k, c in contents.items()}
+    messages = lake.read_hour_parts(spark, "message_store", MESSAGE_STORE, done)
+    events = lake.read_hour_parts(spark, "ngsi_events", NGSI_EVENTS, done)
+    outcomes, log = VersioningRun(spark, lake, schema, buckets, keys, workers=workers).run(messages, events)
+    for k, content in contents.items():
+        lake.write_hour_file(LOG_DS, k, FOLDED_FILE, content.to_text())
+    return Folding(outcomes, log, how)
 
 
 def export_rows(table: DataFrame, definition: TargetEntity) -> DataFrame:
@@ -537,10 +651,17 @@ def versioned_entities(
     keys = context.partition_keys
     session = spark.spark_session
     schema = versioning.load_schema()
-    messages = lake.read(session, "message_store", MESSAGE_STORE, keys)
-    events = lake.read(session, "ngsi_events", NGSI_EVENTS, keys)
-    run = VersioningRun(session, lake, schema, versioning.buckets, keys, workers=side_by_side_width(context.run.tags))
-    outcomes, log = run.run(messages, events)
+    folding = fold_hours(
+        session,
+        lake,
+        schema,
+        versioning.buckets,
+        keys,
+        new_only=bool(context.run.tags.get(NEW_INCREMENTS_TAG)),
+        workers=side_by_side_width(context.run.tags),
+    )
+    outcomes, log = folding.outcomes, folding.log
+    context.log.info(f"versioned entities of {keys[0]}..{keys[-1]}: folded {folding.how}")
 
     statuses = {str(r["status"]): int(r["n"]) for r in log.groupBy("status").agg(F.count("*").alias("n")).collect()}
     # Examples only where the counts show some (usually none: two Spark jobs fewer).
@@ -563,6 +684,7 @@ def versioned_entities(
         metadata={
             "dagster/row_count": sum(o.rows_in_rewritten_buckets for o in outcomes),
             "records": sum(o.records for o in outcomes),
+            "folded": folding.how,
             "entities": MetadataValue.json(per_entity),
             "messages_by_status": MetadataValue.json(statuses),
             "messages_requiring_reprocessing": int(statuses.get(str(int(MessageStatus.REQUIRES_REPROCESSING)), 0)),

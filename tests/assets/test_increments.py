@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +57,12 @@ def _notification(i: int) -> Envelope:
                     "test", body)  # fmt: skip
 
 
-def _land(root: Path, n: int) -> None:
+def land(root: Path, n: int, notification: Callable[[int], Envelope] = _notification) -> None:
     """Two writers (two segments each, interleaved in time), like a restarted receiver."""
     with LandingWriter(root) as w1:
-        w1.append_many_blocking(_notification(i) for i in range(0, n // 2))
+        w1.append_many_blocking(notification(i) for i in range(0, n // 2))
     with LandingWriter(root) as w2:
-        w2.append_many_blocking(_notification(i) for i in range(n // 2, n))
+        w2.append_many_blocking(notification(i) for i in range(n // 2, n))
 
 
 def _line_ends(path: Path) -> list[int]:
@@ -158,7 +159,7 @@ def whole_hour(spark: SparkSession, tmp_path: Path, sink: Sink) -> tuple[dict, d
 
 def test_increments_in_order_equal_the_whole_hour(spark: SparkSession, tmp_path: Path, sink: Sink) -> None:
     """Random splits of the same landed hour, run in order, give the tables of one whole-hour run."""
-    _land(tmp_path / "landing", 40)
+    land(tmp_path / "landing", 40)
     whole_lake, whole_sql = whole_hour(spark, tmp_path, sink)
     assert len(whole_lake["message_store"]) == 40
     assert {t.lower() for t in whole_sql} == {f"4wheels_car{i}_car" for i in range(CARS)} | {
@@ -181,7 +182,7 @@ def test_increments_in_order_equal_the_whole_hour(spark: SparkSession, tmp_path:
 def test_an_increment_cut_short_then_rerun_equals_an_uninterrupted_one(
     spark: SparkSession, tmp_path: Path, sink: Sink
 ) -> None:
-    _land(tmp_path / "landing", 24)
+    land(tmp_path / "landing", 24)
     whole_lake, whole_sql = whole_hour(spark, tmp_path, sink)
     inc = Platform(tmp_path, sink, "cut")
     first, second = split_into_increments(inc.landing, random.Random(7), parts=2)
@@ -198,7 +199,7 @@ def test_an_increment_whose_range_was_not_recorded_is_rerun_after_a_later_one(
 ) -> None:
     """A run killed after its rows were in but before its range was recorded, retried after the next
     increment ran: the retry still finds its range unread and replaces its own rows."""
-    _land(tmp_path / "landing", 24)
+    land(tmp_path / "landing", 24)
     whole_lake, whole_sql = whole_hour(spark, tmp_path, sink)
     inc = Platform(tmp_path, sink, "crash")
     a, b, c = split_into_increments(inc.landing, random.Random(3), parts=3)

@@ -1,0 +1,297 @@
+"""Derived runs of continuous mode fold only the increments the versioned entities have not folded:
+whatever the batches, the versioned entities, their records, the message log, the record errors and
+index equal one whole-hour run; a rerun changes nothing; a run killed part way, then followed by a
+larger batch or rerun, equals an uninterrupted one; a batch that cannot be folded on top of its hour
+(a refresh message, an hour rewritten whole) folds the hour whole."""
+
+from __future__ import annotations
+
+import json
+import random
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dagster import DagsterInstance, materialize
+from dagster_pyspark import LazyPySparkResource
+from pyspark.sql import SparkSession
+
+from ngsi_assets.assets.ingest import message_store, ngsi_events
+from ngsi_assets.assets.versioned_entities import (
+    ERRORS_DS,
+    FOLDED_FILE,
+    INDEX_DS,
+    INDEX_DT,
+    LOG_DS,
+    RECORDS_DS,
+    VERSIONS_DS,
+    fold_hours,
+    versioned_entities,
+)
+from ngsi_assets.increments import INCREMENT_TAG, NEW_INCREMENTS_TAG, HourContent, Increment, batch_id
+from ngsi_assets.ngsi.entity_schema import entity_folder
+from ngsi_assets.ngsi.envelope import Envelope
+from ngsi_assets.transforms.schemas import MESSAGE_STORE
+from ngsi_assets.transforms.versioned_entities import MESSAGE_LOG, RECORD_ERRORS
+from resources.lake import LakeResource
+from resources.landing import LandingZoneResource
+from resources.spark import default_spark_config
+from resources.versioning import VersioningResource
+from tests.assets.test_increments import land, split_into_increments
+from tests.assets.versioning_support import Msg, schema_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+HOUR_KEY = "2026-03-01-10:00"
+T0 = 1_772_359_200_000 + 60_000  # 10:01 UTC
+CARS = 5
+
+
+def _notification(i: int) -> Envelope:
+    """Car i % CARS: speed always, fuel every third, a delete at 17, an attribute refused (its name
+    clashes with a column) at 22; every seventh message is late (its TimeInstant before what earlier
+    messages told)."""
+    car = f"Car{i % CARS}"
+    when = (T0 + i * 5_000 - (120_000 if i % 7 == 3 else 0)) / 1000
+    stamp = {"type": "DateTime", "value": f"2026-03-01T10:{int(when % 3600) // 60:02d}:{when % 60:06.3f}Z"}
+    entity: dict[str, Any]
+    if i == 17:
+        entity = {"id": car, "type": "Car", "alterationType": {"type": "Text", "value": "entityDelete"}}
+    else:
+        entity = {"id": car, "type": "Car", "speed": {"type": "Number", "value": i, "metadata": {}}}
+        if i % 3 == 0:
+            entity["fuel"] = {"type": "Number", "value": 100 - i, "metadata": {}}
+        if i == 22:
+            entity["guid"] = {"type": "Text", "value": "x", "metadata": {}}
+    entity["TimeInstant"] = stamp
+    body = json.dumps({"subscriptionId": "s1", "data": [entity]}).encode()
+    return Envelope(f"m{i:04d}", T0 + i * 10, "ngsi-v2", "normalized", "vehicles", "/4wheels", None, None, None,
+                    "test", body)  # fmt: skip
+
+
+def _norm(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _norm(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_norm(v) for v in value)
+    return value
+
+
+class Lake:
+    """A landing zone and a lake, with the assets run by hand as the sensors' runs would."""
+
+    def __init__(self, tmp_path: Path, name: str) -> None:
+        self.landing = LandingZoneResource(root=str(tmp_path / "landing"))
+        self.lake = LakeResource(root=str(tmp_path / f"lake-{name}"))
+
+    def run(self, assets: list[Any], increment: Increment | None = None, new_only: bool = False) -> dict[str, Any]:
+        tags = {INCREMENT_TAG: increment.to_tag()} if increment else {}
+        if new_only:
+            tags[NEW_INCREMENTS_TAG] = "1"
+        result = materialize(
+            assets,
+            partition_key=HOUR_KEY,
+            tags=tags,
+            resources={
+                "spark": LazyPySparkResource(
+                    spark_config=default_spark_config("local[2]", shuffle_partitions=4, ui=False)
+                ),
+                "lake": self.lake,
+                "landing": self.landing,
+                "versioning": VersioningResource(buckets=4),
+            },
+            instance=DagsterInstance.ephemeral(),
+        )
+        assert result.success
+        assert not [c.check_name for c in result.get_asset_check_evaluations() if not c.passed]
+        materialized = [m for m in result.asset_materializations_for_node("versioned_entities")]
+        return {k: v.value for k, v in materialized[0].metadata.items()} if materialized else {}
+
+    def derived(self) -> str:
+        return str(self.run([versioned_entities], new_only=True)["folded"])
+
+    def tables(self, spark: SparkSession) -> dict[str, list]:
+        """Every table the versioned entities write, as sorted rows (the record index as a set: a batch
+        may name a bucket an earlier batch named too)."""
+        out: dict[str, list] = {}
+        for ds in (VERSIONS_DS, RECORDS_DS):
+            for entity in self.lake.files().list_names(self.lake.dataset_uri(ds)):
+                if entity.startswith(("_", ".")):
+                    continue
+                df = self.lake.read_folders(spark, ds, "bucket", None, subfolder=entity)
+                assert df is not None
+                out[f"{ds}/{entity}"] = sorted((_norm(r.asDict()) for r in df.collect()), key=repr)
+        for ds, schema in ((LOG_DS, MESSAGE_LOG), (ERRORS_DS, RECORD_ERRORS)):
+            rows = self.lake.read(spark, ds, schema, [HOUR_KEY]).collect()
+            out[ds] = sorted((_norm(r.asDict()) for r in rows), key=repr)
+        index = self.lake.read(spark, INDEX_DS, INDEX_DT, [HOUR_KEY]).collect()
+        out[INDEX_DS] = sorted({_norm(r.asDict()) for r in index}, key=repr)
+        return out
+
+
+def _whole(spark: SparkSession, tmp_path: Path) -> dict[str, list]:
+    whole = Lake(tmp_path, "whole")
+    assert whole.run([message_store, ngsi_events, versioned_entities])["folded"] == "whole"
+    tables = whole.tables(spark)
+    assert len(tables[LOG_DS]) == 40
+    assert len(tables[ERRORS_DS]) == 1, "the attribute named guid makes a record error"
+    assert sum(len(v) for k, v in tables.items() if k.startswith(VERSIONS_DS)) > CARS
+    return tables
+
+
+def test_batches_of_increments_equal_the_whole_hour(spark: SparkSession, tmp_path: Path) -> None:
+    """Random splits into increments, folded in random batches, give the tables of one whole-hour run;
+    every batch after the first derived run is folded on top of the hour, not the hour again."""
+    land(tmp_path / "landing", 40, _notification)
+    expected = _whole(spark, tmp_path)
+    for seed in (1, 2):
+        rng = random.Random(seed)
+        p = Lake(tmp_path, f"split{seed}")
+        increments = split_into_increments(p.landing, rng, parts=6)
+        folds = []
+        for n, inc in enumerate(increments):
+            p.run([message_store, ngsi_events], inc)
+            if n == len(increments) - 1 or rng.random() < 0.5:
+                folds.append(p.derived())
+        assert folds[0] == "whole"
+        assert all(f.endswith("increments") for f in folds[1:]), folds
+        assert sum(int(f.split()[0]) for f in folds[1:]) > 1, folds
+        assert p.tables(spark) == expected, f"split {seed}: {folds}"
+        # A derived run with nothing new, and an increment run again, change nothing.
+        assert p.derived() == "nothing new"
+        p.run([message_store, ngsi_events], increments[2])
+        assert p.derived() == "nothing new"
+        assert p.tables(spark) == expected
+
+
+def test_a_batch_killed_part_way_is_redone_by_the_next_run(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed after the versions and some of the batch's log rows were written: the next derived run
+    (with one more increment) folds the unfinished increments again, with no row twice. Killed after
+    every row but before the hour's record of them: the same batch again."""
+    land(tmp_path / "landing", 40, _notification)
+    expected = _whole(spark, tmp_path)
+    p = Lake(tmp_path, "killed")
+    a, b, c, d = split_into_increments(p.landing, random.Random(5), parts=4)
+    p.run([message_store, ngsi_events], a)
+    assert p.derived() == "whole"
+    p.run([message_store, ngsi_events], b)
+
+    real_append = LakeResource.append_increment
+
+    def dies_at_the_index(self: LakeResource, df: Any, dataset: str, *args: Any, **kwargs: Any) -> None:
+        if dataset == INDEX_DS:
+            raise RuntimeError("killed")
+        real_append(self, df, dataset, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(LakeResource, "append_increment", dies_at_the_index)
+        with pytest.raises(Exception, match="killed"):
+            p.run([versioned_entities], new_only=True)
+    assert p.lake.increment_ids(LOG_DS, HOUR_KEY), "the killed batch left log rows"
+    p.run([message_store, ngsi_events], c)
+    assert p.derived() == "2 increments"
+
+    p.run([message_store, ngsi_events], d)
+    real_write = LakeResource.write_hour_file
+
+    def dies_at_the_record(self: LakeResource, dataset: str, key: str, name: str, text: str) -> None:
+        if name == FOLDED_FILE:
+            raise RuntimeError("killed")
+        real_write(self, dataset, key, name, text)
+
+    with monkeypatch.context() as m:
+        m.setattr(LakeResource, "write_hour_file", dies_at_the_record)
+        with pytest.raises(Exception, match="killed"):
+            p.run([versioned_entities], new_only=True)
+    assert p.derived() == "1 increments"
+    assert p.tables(spark) == expected
+
+
+def _first_half_folded(spark: SparkSession, tmp_path: Path, seed: int) -> tuple[Lake, dict[str, list], Increment]:
+    """The whole hour's tables; a lake with the first of two increments folded; the second increment."""
+    land(tmp_path / "landing", 40, _notification)
+    expected = _whole(spark, tmp_path)
+    p = Lake(tmp_path, f"half{seed}")
+    first, second = split_into_increments(p.landing, random.Random(seed), parts=2)
+    p.run([message_store, ngsi_events], first)
+    assert p.derived() == "whole"
+    return p, expected, second
+
+
+def test_an_hour_rewritten_whole_is_folded_whole_again(spark: SparkSession, tmp_path: Path) -> None:
+    p, expected, second = _first_half_folded(spark, tmp_path, 9)
+    # A repair rewrites the hour's message store and events whole (its versioning step never ran).
+    p.run([message_store, ngsi_events])
+    p.run([message_store, ngsi_events], second)
+    assert p.derived() == "whole"
+    assert p.tables(spark) == expected
+
+
+def test_an_increment_whose_events_are_not_all_in_waits_for_the_next_run(spark: SparkSession, tmp_path: Path) -> None:
+    """The message store has the increment's rows, its events are not marked done: neither a batch nor a
+    whole-hour fold reads it (its messages would be logged with no records)."""
+    p, expected, second = _first_half_folded(spark, tmp_path, 4)
+    p.run([message_store], second)  # the increment run is between its two steps
+    assert p.derived() == "nothing new"
+    assert p.run([versioned_entities])["folded"] == "whole"
+    logged = p.tables(spark)[LOG_DS]
+    assert 0 < len(logged) < 40
+    p.run([message_store, ngsi_events], second)
+    assert p.derived() == "1 increments"
+    assert p.tables(spark) == expected
+
+
+def test_a_batch_with_a_refresh_message_folds_its_hour_whole(spark: SparkSession, tmp_path: Path) -> None:
+    """Data-hub messages added to the hour as increments; the second brings a refresh, which deletes
+    every live key it does not name wherever stored: its hour is folded whole."""
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    fields = {
+        "product_number": {"type": "integer", "key": True},
+        "price": {"type": "decimal", "precision": 8, "scale": 2},
+    }
+    schema = schema_of({"entities": {"product": {"fields": fields}}})
+    msgs = [
+        Msg(
+            "a1",
+            "product",
+            "2026-03-01T10:00:00",
+            [{"product_number": 1, "price": 1}, {"product_number": 2, "price": 2}],
+        ),
+        Msg("a2", "product", "2026-03-01T10:05:00", [{"product_number": 3, "price": 3}]),
+        Msg("b1", "product", "2026-03-01T10:10:00", [{"product_number": 1, "price": 5}], refresh=True),
+    ]
+
+    def add(increment: str, batch: list[Msg]) -> None:
+        rows = [m.row(minute=i) for i, m in enumerate(batch)]
+        lake.append_increment(spark.createDataFrame(rows, MESSAGE_STORE), "message_store", HOUR_KEY, increment)
+        lake.mark_increment_done("ngsi_events", HOUR_KEY, increment)
+
+    add("aa", msgs[:2])
+    assert fold_hours(spark, lake, schema, 4, [HOUR_KEY], new_only=True).how == "whole"
+    add("bb", msgs[2:])
+    folding = fold_hours(spark, lake, schema, 4, [HOUR_KEY], new_only=True)
+    assert folding.how == "whole (a refresh message is among the increments)"
+    table = lake.read_folders(spark, VERSIONS_DS, "bucket", None, subfolder=entity_folder("product"))
+    assert table is not None
+    live = table.where("valid_to_timestamp IS NULL AND NOT deleted_indicator").collect()
+    assert {r["product_number"]: r["price"] for r in live} == {1: Decimal("5.00")}
+    folded = HourContent.from_text(lake.read_hour_file(LOG_DS, HOUR_KEY, FOLDED_FILE))
+    assert folded is not None and folded.increments == {"aa", "bb"} and not folded.batches
+
+
+def test_hour_content_says_what_to_fold_on_top() -> None:
+    whole = {"message_store": ["part-1.parquet"], "ngsi_events": ["part-2.parquet"]}
+    folded = HourContent(whole, frozenset({"a1"}))
+    assert folded.new_increments(HourContent(whole, frozenset({"a1", "b2", "c3"}))) == ["b2", "c3"]
+    assert folded.new_increments(HourContent(whole, frozenset({"a1"}))) == []
+    # Rewritten whole since: new whole-hour files, or an increment folded before is gone.
+    assert folded.new_increments(HourContent({**whole, "ngsi_events": ["part-9.parquet"]}, frozenset({"a1"}))) is None
+    assert folded.new_increments(HourContent(whole, frozenset({"b2"}))) is None
+    after = folded.with_batch(["c3", "b2"])
+    assert after.batches == {batch_id(["b2", "c3"])} and after.increments == {"a1", "b2", "c3"}
+    assert HourContent.from_text(after.to_text()) == after
+    for damaged in (None, "", "{", '{"whole": 3}', "[]"):
+        assert HourContent.from_text(damaged) is None
