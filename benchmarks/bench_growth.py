@@ -79,11 +79,14 @@ def landed_after(root: Path, hour_ms: int, seen: dict[str, int]) -> dict[str, li
     return LandingZoneResource(root=str(root)).complete_ranges([hour_key(hour_ms)], seen)
 
 
-def run_job(env: dict[str, str], job: str, first: str, last: str | None = None, increment: Any = None) -> dict:
-    """One Dagster run of ``job`` in a fresh process (``--child``); its run time and step times."""
-    args = [sys.executable, __file__, "--child", job, first, last or first]
-    if increment is not None:
-        args.append(json.dumps(increment))
+def run_job(
+    env: dict[str, str], job: str, first: str, last: str | None = None, increment: Any = None, derived: bool = False
+) -> dict:
+    """One Dagster run of ``job`` in a fresh process (``--child``); its run time and step times.
+
+    ``increment``: the ranges of an increment run; ``derived``: the tags of the landing sensor's
+    derived runs (one piece at a time, only the increments not folded yet)."""
+    args = [sys.executable, __file__, "--child", job, first, last or first, json.dumps(increment), json.dumps(derived)]
     proc = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -93,13 +96,16 @@ def run_job(env: dict[str, str], job: str, first: str, last: str | None = None, 
     return out
 
 
-def child(job: str, first: str, last: str, increment: str | None) -> int:
+def child(job: str, first: str, last: str, increment: Any, derived: bool) -> int:
     """Run ``job`` over ``first``..``last`` in this process, print its id and seconds as JSON."""
     from ngsi_assets.definitions import defs
     from ngsi_assets.increments import INCREMENT_TAG, Increment
     from ngsi_assets.materialize import run_ingest
+    from ngsi_assets.sensors import ContinuousSettings, derived_run_tags
 
-    tags = {INCREMENT_TAG: Increment.of(json.loads(increment)).to_tag()} if increment else None
+    tags = {INCREMENT_TAG: Increment.of(increment).to_tag()} if increment else {}
+    if derived:
+        tags |= derived_run_tags(ContinuousSettings())
     outcome = run_ingest(defs, first, last, job_name=job, tags=tags)
     print(json.dumps({"run_id": outcome.run_id, "seconds": outcome.seconds, "success": outcome.success,
                       "failed": list(outcome.failed_checks)}))  # fmt: skip
@@ -131,7 +137,7 @@ def incremental_path(env: dict[str, str], landing: Path, hour_ms: int, keys: int
     ranges = landed_after(landing, hour_ms, seen)
     key = hour_key(hour_ms)
     inc = run_job(env, "ngsi_increment_job", key, increment=ranges)
-    derived = run_job(env, "ngsi_derived_job", key)
+    derived = run_job(env, "ngsi_derived_job", key, derived=True)
     return {"increment": inc, "derived": derived}
 
 
@@ -237,8 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args(argv)
     if args.child:
-        job, first, last, *inc = args.child
-        return child(job, first, last, inc[0] if inc else None)
+        job, first, last, increment, derived = args.child
+        return child(job, first, last, json.loads(increment), json.loads(derived))
 
     from tests.support.servers import mysql_server_url, postgres_server_url, start_mariadb, start_postgres
 

@@ -184,6 +184,11 @@ def max_runtime_s(job_name: str, settings: ContinuousSettings) -> float:
     return settings.increment_max_runtime_s if job_name == increment_job.name else settings.hour_max_runtime_s
 
 
+def derived_run_tags(settings: ContinuousSettings) -> dict[str, str]:
+    """The tags of a derived run: its lane, its width, and folding only what is new."""
+    return {DERIVED_LANE: "1", SIDE_BY_SIDE_TAG: str(settings.derived_side_by_side), NEW_INCREMENTS_TAG: "1"}
+
+
 def whole_hour_request(hour: str, run_key: str, **tags: str) -> LandingRequest:
     return LandingRequest(
         ingest_job.name, hour, run_key, {INGEST_LANE: "1", DERIVED_LANE: "1", "ngsi/landing": run_key, **tags}
@@ -285,11 +290,7 @@ def plan_landing_runs(
             # An hour that has ended waits for its closing run rather than a periodic one.
             due = now < _hour_end(hour) and now.timestamp() - derived_at.get(hour, 0.0) >= settings.derived_interval_s
             if closed or (due and hour != increment_hour):
-                tags = {
-                    DERIVED_LANE: "1",
-                    SIDE_BY_SIDE_TAG: str(settings.derived_side_by_side),
-                    NEW_INCREMENTS_TAG: "1",
-                }
+                tags = derived_run_tags(settings)
                 requests.append(LandingRequest(derived_job.name, hour, f"{hour}@derived:{digest}", tags))
                 # A run requested while increments of the hour are still open may start before they
                 # end: it covers them only partly, so the hour's closing run is still due.

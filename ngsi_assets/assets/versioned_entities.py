@@ -7,9 +7,12 @@ Lake layout, per target entity folder (``entity_folder(name)``):
 - ``entity_refreshes/<entity>/dt=H``: refresh events (message and child refreshes);
 - ``entity_exports/<entity>/bucket=N``: for export entities, the live rows as an export store sees them;
 and per hour: ``entity_record_index/dt=H`` (which buckets each hour wrote), ``entity_record_errors``
-and ``message_log`` (each processed message's status and error text).
+and ``message_log`` (each processed message's status and error text), whose hour folder also keeps
+``_folded.json``: what of the hour the versioned entities hold (``HourContent``).
 
-A run re-folds only the keys its hours touch, and rewrites only the buckets they fall in.
+A run re-folds only the keys its hours touch, and rewrites only the buckets they fall in. A run
+tagged ``ngsi/new-increments`` (continuous mode's derived runs) folds only the hour's increments not
+folded yet, on top of the rest (``fold_hours``).
 """
 
 import functools

@@ -259,9 +259,9 @@ def test_increments_equal_the_whole_hour_and_reruns_restore_lost_documents(
     from ngsi_assets.increments import INCREMENT_TAG
     from resources.landing import LandingZoneResource
     from resources.sth_mongo import STHSinkResource
-    from tests.assets.test_increments import HOUR_KEY, _land, split_into_increments
+    from tests.assets.test_increments import HOUR_KEY, land, split_into_increments
 
-    _land(tmp_path / "landing", 30)
+    land(tmp_path / "landing", 30)
     landing = LandingZoneResource(root=str(tmp_path / "landing"))
 
     def run(lake: str, prefix: str, tag: str | None = None, assets: list[Any] | None = None) -> None:
