@@ -46,7 +46,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.bench_spark_modes import platform_env, start_connect_server  # noqa: E402
+from benchmarks.bench_spark_modes import platform_env, start_connect_server, step_seconds  # noqa: E402
 from benchmarks.machine import describe_machine, write_results  # noqa: E402
 
 BEGIN = "<!-- bench_continuous:begin -->"
@@ -227,6 +227,28 @@ def runs_summary(home: Path) -> list[tuple[str, float, str]]:
     return out
 
 
+def derived_runs_detail(home: Path) -> dict[str, Any]:
+    """The derived runs' median seconds per step, and how their ``versioned_entities`` folded (how many
+    runs folded the hour whole, new increments only, or nothing new)."""
+    from dagster import DagsterEventType, DagsterInstance, RunsFilter
+
+    steps: dict[str, list[float]] = {}
+    folds: dict[str, int] = {}
+    with DagsterInstance.from_config(str(home)) as instance:
+        run_ids = [r.dagster_run.run_id for r in instance.get_run_records(RunsFilter(job_name="ngsi_derived_job"))]
+        for run_id in run_ids:
+            for record in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION):
+                folded = record.dagster_event.event_specific_data.materialization.metadata.get("folded")
+                if folded is not None:
+                    kind = str(folded.value)
+                    kind = "whole" if kind.startswith("whole") else kind.split(" ", 1)[-1]
+                    folds[kind] = folds.get(kind, 0) + 1
+    for run_id in run_ids:
+        for step, seconds in step_seconds(home, run_id).items():
+            steps.setdefault(step, []).append(seconds)
+    return {"steps_median_s": {k: round(statistics.median(v), 1) for k, v in steps.items()}, "folds": folds}
+
+
 def completeness(obs: Observations, lake: Path, pg_url: str, my_url: str, cars: int) -> dict[str, Any]:
     import psycopg2
     import pyarrow.dataset as ds
@@ -395,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_busy_mean": statistics.mean(cpu_during) if cpu_during else None,
             "caught_up_after_traffic_s": round(drain_s) if drained else None,
             "completeness": complete,
+            "derived": derived_runs_detail(home),
         }
         print(json.dumps(result, indent=2), flush=True)
         if args.write_results:
@@ -446,6 +469,20 @@ def render(r: dict[str, Any]) -> str:
         f"| last data current PostgreSQL / MariaDB | {c['last_data_current']['postgresql']} / "
         f"{c['last_data_current']['mysql']} |",
         f"| everything acknowledged in every table | {c['everything_in_every_table']} |",
+        *(
+            [
+                "",
+                "Derived runs, median seconds per step: "
+                + ", ".join(
+                    f"{k} {v:.1f}" for k, v in sorted(r["derived"]["steps_median_s"].items(), key=lambda kv: -kv[1])
+                )
+                + "; `versioned_entities` folded: "
+                + ", ".join(f"{k} {n}x" for k, n in sorted(r["derived"]["folds"].items()))
+                + ".",
+            ]
+            if r.get("derived")
+            else []
+        ),
         "",
         f"Queue over time (seconds since traffic began: waiting+executing runs): {timeline}.",
         END,
