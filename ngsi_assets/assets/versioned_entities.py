@@ -465,6 +465,15 @@ class VersioningRun:
             for r in [] if self.batch else self._indexed().select("entity", BUCKET).distinct().collect():
                 self._old_buckets.setdefault(r["entity"], set()).add(r[BUCKET])
             works, errors = self.plan(source, refreshing)
+            if self.batch:
+                parents = sorted(
+                    name
+                    for name, pending in self._pending.items()
+                    if pending and any(f.type == "children" for f in self.schema.entities[name].fields.values())
+                )
+                if parents:
+                    # Each parent record replaces its children (a child refresh, kept with the hour's refreshes).
+                    raise WholeHourNeeded(f"records of {', '.join(parents)}, whose children they replace")
             errors.append(csv_errors)
             defined = [w for w in works if w.definition is not None]
 

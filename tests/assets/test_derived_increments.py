@@ -112,22 +112,26 @@ class Lake:
         return str(self.run([versioned_entities], new_only=True)["folded"])
 
     def tables(self, spark: SparkSession) -> dict[str, list]:
-        """Every table the versioned entities write, as sorted rows (the record index as a set: a batch
-        may name a bucket an earlier batch named too)."""
-        out: dict[str, list] = {}
-        for ds in (VERSIONS_DS, RECORDS_DS):
-            for entity in self.lake.files().list_names(self.lake.dataset_uri(ds)):
-                if entity.startswith(("_", ".")):
-                    continue
-                df = self.lake.read_folders(spark, ds, "bucket", None, subfolder=entity)
-                assert df is not None
-                out[f"{ds}/{entity}"] = sorted((_norm(r.asDict()) for r in df.collect()), key=repr)
-        for ds, schema in ((LOG_DS, MESSAGE_LOG), (ERRORS_DS, RECORD_ERRORS)):
-            rows = self.lake.read(spark, ds, schema, [HOUR_KEY]).collect()
-            out[ds] = sorted((_norm(r.asDict()) for r in rows), key=repr)
-        index = self.lake.read(spark, INDEX_DS, INDEX_DT, [HOUR_KEY]).collect()
-        out[INDEX_DS] = sorted({_norm(r.asDict()) for r in index}, key=repr)
-        return out
+        return lake_tables(spark, self.lake)
+
+
+def lake_tables(spark: SparkSession, lake: LakeResource) -> dict[str, list]:
+    """Every table the versioned entities write, as sorted rows (the record index as a set: a batch
+    may name a bucket an earlier batch named too)."""
+    out: dict[str, list] = {}
+    for ds in (VERSIONS_DS, RECORDS_DS):
+        for entity in lake.files().list_names(lake.dataset_uri(ds)):
+            if entity.startswith(("_", ".")):
+                continue
+            df = lake.read_folders(spark, ds, "bucket", None, subfolder=entity)
+            assert df is not None
+            out[f"{ds}/{entity}"] = sorted((_norm(r.asDict()) for r in df.collect()), key=repr)
+    for ds, schema in ((LOG_DS, MESSAGE_LOG), (ERRORS_DS, RECORD_ERRORS)):
+        rows = lake.read(spark, ds, schema, [HOUR_KEY]).collect()
+        out[ds] = sorted((_norm(r.asDict()) for r in rows), key=repr)
+    index = lake.read(spark, INDEX_DS, INDEX_DT, [HOUR_KEY]).collect()
+    out[INDEX_DS] = sorted({_norm(r.asDict()) for r in index}, key=repr)
+    return out
 
 
 def _whole(spark: SparkSession, tmp_path: Path) -> dict[str, list]:
@@ -244,6 +248,125 @@ def test_an_increment_whose_events_are_not_all_in_waits_for_the_next_run(spark: 
     assert p.tables(spark) == expected
 
 
+def add_increment(spark: SparkSession, lake: LakeResource, increment: str, msgs: list[Msg]) -> None:
+    """Data-hub messages added to the hour as an increment's files, its events marked done."""
+    rows = [m.row(minute=int(m.mid[1:]) % 60) for m in msgs]
+    lake.append_increment(spark.createDataFrame(rows, MESSAGE_STORE), "message_store", HOUR_KEY, increment)
+    lake.mark_increment_done("ngsi_events", HOUR_KEY, increment)
+
+
+SHOP_DOC: dict[str, Any] = {
+    "entities": {
+        "customer": {"fields": {"customer_number": {"type": "text", "key": True}, "customer_name": {"type": "text"}}},
+        "order": {
+            "fields": {
+                "order_number": {"type": "integer", "key": True},
+                "order_customer": {"type": "link", "linkEntity": "customer", "linkKey": ["customer_number"]},
+                "total": {"type": "decimal", "precision": 8, "scale": 2},
+                "placed": {"type": "timestamp"},
+            }
+        },
+    }
+}
+
+
+def _shop_messages(rng: random.Random) -> list[Msg]:
+    """Customers first (an order's link resolves against the table when its batch is folded), then
+    orders: inserts, updates of few fields, deletes, messages late by minutes, an unknown customer
+    (status 1), a total that does not convert (status 4)."""
+    msgs = [
+        Msg(
+            "m000",
+            "customer",
+            "2026-03-01T09:00:00",
+            [{"customer_number": f"C{c}", "customer_name": f"n{c}"} for c in range(3)],
+        )
+    ]
+    for i in range(1, 36):
+        minute = i + (-15 if i % 6 == 5 else 0)
+        order = rng.randrange(8)
+        record: dict[str, Any] = {"order_number": order}
+        if i % 9 == 4:
+            record["deleted_indicator"] = True
+        else:
+            record["customer_number"] = f"C{rng.randrange(4)}"  # C3 does not exist
+            record["total"] = "lots" if i == 17 else f"{rng.randrange(10000) / 100:.2f}"
+            if i % 2:
+                record["placed"] = f"2026-03-01T08:{i:02d}:00Z"
+        msgs.append(Msg(f"m{i:03d}", "order", f"2026-03-01T10:{20 + minute:02d}:00", [record]))
+    return msgs
+
+
+def test_batches_of_schema_entities_equal_the_whole_hour(spark: SparkSession, tmp_path: Path) -> None:
+    """Links, typed fields, deletes, late and failing messages of schema entities: folded in random
+    batches of random increments, the tables equal one whole-hour fold of the same messages."""
+    schema = schema_of(SHOP_DOC)
+    msgs = _shop_messages(random.Random(11))
+    whole = LakeResource(root=str(tmp_path / "whole"))
+    add_increment(spark, whole, "00", msgs)
+    assert fold_hours(spark, whole, schema, 4, [HOUR_KEY], new_only=False).how == "whole"
+    expected = lake_tables(spark, whole)
+    logged = {r[2][1]: r[4][1] for r in expected[LOG_DS]}  # message -> status
+    assert sorted(set(logged.values())) == [1, 3, 4], logged
+    for seed in (1, 2):
+        rng = random.Random(seed)
+        lake = LakeResource(root=str(tmp_path / f"split{seed}"))
+        cuts = sorted(rng.sample(range(2, len(msgs)), 5))
+        parts = [msgs[a:b] for a, b in zip([0, *cuts], [*cuts, len(msgs)], strict=True)]
+        folds = []
+        for n, part in enumerate(parts):
+            add_increment(spark, lake, f"{n + 1:02d}", part)
+            if n == 0 or n == len(parts) - 1 or rng.random() < 0.5:
+                folds.append(fold_hours(spark, lake, schema, 4, [HOUR_KEY], new_only=True).how)
+        assert folds[0] == "whole" and all(f.endswith("increments") for f in folds[1:]), folds
+        assert lake_tables(spark, lake) == expected, f"split {seed}: {folds}"
+
+
+def test_a_batch_with_parents_of_children_folds_its_hour_whole(spark: SparkSession, tmp_path: Path) -> None:
+    """A parent record replaces its children (a child refresh, stored with the hour's refreshes)."""
+    doc = {
+        "entities": {
+            "order": {
+                "fields": {
+                    "order_number": {"type": "integer", "key": True},
+                    "order_lines": {
+                        "type": "children",
+                        "childEntity": "order_line",
+                        "parentIdentifier": "order",
+                        "childSequence": "line_number",
+                    },
+                }
+            },
+            "order_line": {
+                "fields": {
+                    "order": {"type": "link", "linkEntity": "order", "key": True},
+                    "line_number": {"type": "integer", "key": True},
+                    "product": {"type": "text"},
+                }
+            },
+        }
+    }
+    schema = schema_of(doc)
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    lines = [{"product": "a"}, {"product": "b"}]
+    add_increment(
+        spark, lake, "aa", [Msg("m001", "order", "2026-03-01T10:00:00", [{"order_number": 1, "order_lines": lines}])]
+    )
+    assert fold_hours(spark, lake, schema, 4, [HOUR_KEY], new_only=True).how == "whole"
+    add_increment(
+        spark,
+        lake,
+        "bb",
+        [Msg("m002", "order", "2026-03-01T10:05:00", [{"order_number": 1, "order_lines": lines[:1]}])],
+    )
+    folding = fold_hours(spark, lake, schema, 4, [HOUR_KEY], new_only=True)
+    assert folding.how == "whole (records of order, whose children they replace)"
+    table = lake.read_folders(spark, VERSIONS_DS, "bucket", None, subfolder=entity_folder("order_line"))
+    assert table is not None
+    live = table.where("valid_to_timestamp IS NULL AND NOT deleted_indicator").collect()
+    assert [r["product"] for r in live] == ["a"]
+
+
 def test_a_batch_with_a_refresh_message_folds_its_hour_whole(spark: SparkSession, tmp_path: Path) -> None:
     """Data-hub messages added to the hour as increments; the second brings a refresh, which deletes
     every live key it does not name wherever stored: its hour is folded whole."""
@@ -264,14 +387,9 @@ def test_a_batch_with_a_refresh_message_folds_its_hour_whole(spark: SparkSession
         Msg("b1", "product", "2026-03-01T10:10:00", [{"product_number": 1, "price": 5}], refresh=True),
     ]
 
-    def add(increment: str, batch: list[Msg]) -> None:
-        rows = [m.row(minute=i) for i, m in enumerate(batch)]
-        lake.append_increment(spark.createDataFrame(rows, MESSAGE_STORE), "message_store", HOUR_KEY, increment)
-        lake.mark_increment_done("ngsi_events", HOUR_KEY, increment)
-
-    add("aa", msgs[:2])
+    add_increment(spark, lake, "aa", msgs[:2])
     assert fold_hours(spark, lake, schema, 4, [HOUR_KEY], new_only=True).how == "whole"
-    add("bb", msgs[2:])
+    add_increment(spark, lake, "bb", msgs[2:])
     folding = fold_hours(spark, lake, schema, 4, [HOUR_KEY], new_only=True)
     assert folding.how == "whole (a refresh message is among the increments)"
     table = lake.read_folders(spark, VERSIONS_DS, "bucket", None, subfolder=entity_folder("product"))
