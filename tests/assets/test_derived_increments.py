@@ -39,6 +39,7 @@ from resources.landing import LandingZoneResource
 from resources.spark import default_spark_config
 from resources.versioning import VersioningResource
 from tests.assets.test_increments import land, split_into_increments
+from tests.assets.test_versioning_rules import ORDERS_SCHEMA
 from tests.assets.versioning_support import Msg, schema_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -324,29 +325,7 @@ def test_batches_of_schema_entities_equal_the_whole_hour(spark: SparkSession, tm
 
 def test_a_batch_with_parents_of_children_folds_its_hour_whole(spark: SparkSession, tmp_path: Path) -> None:
     """A parent record replaces its children (a child refresh, stored with the hour's refreshes)."""
-    doc = {
-        "entities": {
-            "order": {
-                "fields": {
-                    "order_number": {"type": "integer", "key": True},
-                    "order_lines": {
-                        "type": "children",
-                        "childEntity": "order_line",
-                        "parentIdentifier": "order",
-                        "childSequence": "line_number",
-                    },
-                }
-            },
-            "order_line": {
-                "fields": {
-                    "order": {"type": "link", "linkEntity": "order", "key": True},
-                    "line_number": {"type": "integer", "key": True},
-                    "product": {"type": "text"},
-                }
-            },
-        }
-    }
-    schema = schema_of(doc)
+    schema = ORDERS_SCHEMA  # order_lines: children of order
     lake = LakeResource(root=str(tmp_path / "lake"))
     lines = [{"product": "a"}, {"product": "b"}]
     add_increment(
