@@ -51,6 +51,8 @@ STALE_COMMIT_S = 600.0
 STALE_STAGING_S = 24 * 3600.0
 # An hour's mark that an increment's rows are all in (``mark_increment_done``), followed by its id.
 INCREMENT_DONE = "_done-"
+# An hour's list of increments whose rows a whole-hour write covers (``mark_increments_covered``).
+INCREMENTS_COVERED = "_covered.json"
 # A folder removed by someone else at the same time is looked at again this many times.
 _DELETE_ATTEMPTS = 5
 
@@ -483,14 +485,28 @@ class LakeResource(ConfigurableResource):
         self._increment_prefix(increment_id)  # a bad id raises
         self.files().write_text(f"{self.partition_uri(dataset, partition_key)}/{INCREMENT_DONE}{increment_id}", "")
 
+    def mark_increments_covered(self, dataset: str, partition_key: str, increment_ids: Iterable[str]) -> None:
+        """Record in the hour's folder, in one file, that a whole-hour write of it covers the rows of
+        these increments (of the dataset it was computed from); nothing for none."""
+        ids = sorted(increment_ids)
+        for i in ids:
+            self._increment_prefix(i)  # a bad id raises
+        if ids:
+            self.write_hour_file(dataset, partition_key, INCREMENTS_COVERED, json.dumps(ids))
+
     def increment_ids(self, dataset: str, partition_key: str, *, marked_done: bool = False) -> set[str]:
         """The increments with files in the hour (their files move in with one journal, so an increment
-        with files has all of them); or (``marked_done``) those marked done by ``mark_increment_done``."""
+        with files has all of them); or (``marked_done``) those marked done (``mark_increment_done``,
+        ``mark_increments_covered``)."""
         self.recover(dataset)
-        names = self.files().list_names(self.partition_uri(dataset, partition_key))
-        if marked_done:
-            return {n[len(INCREMENT_DONE) :] for n in names if n.startswith(INCREMENT_DONE)}
-        return {i for i in map(self.increment_of, names) if i is not None}
+        folder = self.partition_uri(dataset, partition_key)
+        names = self.files().list_names(folder)
+        if not marked_done:
+            return {i for i in map(self.increment_of, names) if i is not None}
+        done = {n[len(INCREMENT_DONE) :] for n in names if n.startswith(INCREMENT_DONE)}
+        if INCREMENTS_COVERED in names:
+            done |= {str(i) for i in json.loads(self.files().read_text(f"{folder}/{INCREMENTS_COVERED}") or "[]")}
+        return done
 
     def read_hour_parts(
         self,

@@ -247,6 +247,9 @@ def ngsi_events(
     session = spark.spark_session
     inc = Increment.from_tags(context.run.tags)
     if inc is None:
+        # The message store's increments these hours' events now cover (the whole-hour write drops the
+        # increments' own marks): the derived runs' versioning must still count them done.
+        covered = {k: lake.increment_ids("message_store", k) for k in keys}
         messages = lake.read(session, "message_store", MESSAGE_STORE, keys)
         lake.replace_together(
             [
@@ -254,6 +257,8 @@ def ngsi_events(
                 FolderWrite.hours(ngsi_event_rejects(messages), "ngsi_event_rejects", keys),
             ]
         )
+        for k, ids in covered.items():
+            lake.mark_increments_covered("ngsi_events", k, ids)
         events = lake.read(session, "ngsi_events", NGSI_EVENTS, keys)
         rejects = lake.read(session, "ngsi_event_rejects", NGSI_EVENT_REJECTS, keys)
     else:

@@ -379,6 +379,27 @@ def test_a_batch_with_a_refresh_message_folds_its_hour_whole(spark: SparkSession
     assert folded is not None and folded.increments == {"aa", "bb"} and not folded.batches
 
 
+def test_events_rewritten_whole_then_an_increment_fold_every_message(spark: SparkSession, tmp_path: Path) -> None:
+    """The events of an hour rewritten whole (a backfill of ngsi_events alone) cover the message store's
+    increments, whose own marks the rewrite drops; an increment after it must not hide them (here
+    data-hub messages, which the versioning reads from the message store) from the next fold."""
+    schema = schema_of(SHOP_DOC)
+    msgs = _shop_messages(random.Random(3))
+    whole = LakeResource(root=str(tmp_path / "whole"))
+    add_increment(spark, whole, "00", msgs)
+    fold_hours(spark, whole, schema, 4, [HOUR_KEY], new_only=False)
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    add_increment(spark, lake, "01", msgs[:20])
+    assert fold_hours(spark, lake, schema, 4, [HOUR_KEY], new_only=True).how == "whole"
+    spark_resource = LazyPySparkResource(spark_config=default_spark_config("local[2]", shuffle_partitions=4, ui=False))
+    resources = {"spark": spark_resource, "lake": lake}
+    assert materialize([ngsi_events], partition_key=HOUR_KEY, resources=resources).success
+    add_increment(spark, lake, "02", msgs[20:])
+    # Data-hub messages give no events: the rewrite left the events' whole-hour files as they were.
+    assert fold_hours(spark, lake, schema, 4, [HOUR_KEY], new_only=True).how == "1 increments"
+    assert lake_tables(spark, lake) == lake_tables(spark, whole)
+
+
 def test_hour_content_says_what_to_fold_on_top() -> None:
     whole = {"message_store": ["part-1.parquet"], "ngsi_events": ["part-2.parquet"]}
     folded = HourContent(whole, frozenset({"a1"}))
