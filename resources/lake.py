@@ -70,6 +70,11 @@ def _check_side_file_name(name: str) -> None:
         raise ValueError(f"bad side file name {name!r}")
 
 
+def _whole_hour_file(name: str) -> bool:
+    """A Parquet file of an hour that no increment wrote (a whole-hour write's)."""
+    return name.endswith(".parquet") and not name.startswith(("inc-", "_", "."))
+
+
 def key_to_dt(partition_key: str) -> str:
     """Dagster hourly key ``2026-11-22-14:00`` -> lake partition value ``2026-11-22-14``."""
     if len(partition_key) != 16 or not partition_key.endswith(":00"):
@@ -483,7 +488,7 @@ class LakeResource(ConfigurableResource):
 
         A whole-hour write of the hour swaps the folder, and the marks with it."""
         self._increment_prefix(increment_id)  # a bad id raises
-        self.files().write_text(f"{self.partition_uri(dataset, partition_key)}/{INCREMENT_DONE}{increment_id}", "")
+        self.write_hour_file(dataset, partition_key, f"{INCREMENT_DONE}{increment_id}", "")
 
     def mark_increments_covered(self, dataset: str, partition_key: str, increment_ids: Iterable[str]) -> None:
         """Record in the hour's folder, in one file, that a whole-hour write of it covers the rows of
@@ -527,9 +532,7 @@ class LakeResource(ConfigurableResource):
             wanted = set(increment_ids)
             folder = self.partition_uri(dataset, key)
             for name in self.files().list_names(folder):
-                if not name.endswith(".parquet"):
-                    continue
-                if self.increment_of(name) in wanted or (whole and not name.startswith(("inc-", "_", "."))):
+                if self.increment_of(name) in wanted or (whole and _whole_hour_file(name)):
                     paths.append(f"{folder}/{name}")
         if not paths:
             return spark.createDataFrame([], full_schema)
@@ -538,8 +541,7 @@ class LakeResource(ConfigurableResource):
     def whole_hour_files(self, dataset: str, partition_key: str) -> list[str]:
         """The Parquet files of an hour that no increment wrote (a whole-hour write's)."""
         self.recover(dataset)
-        names = self.files().list_names(self.partition_uri(dataset, partition_key))
-        return [n for n in names if n.endswith(".parquet") and not n.startswith(("inc-", "_", "."))]
+        return [n for n in self.files().list_names(self.partition_uri(dataset, partition_key)) if _whole_hour_file(n)]
 
     def delete_increment(self, dataset: str, partition_key: str, increment_id: str) -> None:
         """Remove an increment's files from an hour (before it is written again)."""
@@ -639,12 +641,7 @@ class LakeResource(ConfigurableResource):
         self, spark: SparkSession, dataset: str, schema: StructType, partition_key: str, increment_id: str
     ) -> DataFrame:
         """The rows an increment added to an hour (empty when it added none), with a ``dt`` column."""
-        full_schema = _with_partition_column(schema)
-        self.recover(dataset)
-        paths = self._increment_files(dataset, partition_key, increment_id)
-        if not paths:
-            return spark.createDataFrame([], full_schema)
-        return spark.read.schema(full_schema).option("basePath", self.dataset_uri(dataset)).parquet(*paths)
+        return self.read_hour_parts(spark, dataset, schema, {partition_key: [increment_id]}, whole=False)
 
     def read_hour_file(self, dataset: str, partition_key: str, name: str) -> str | None:
         """A small ``_``-file kept in an hour's folder (see ``replace_partitions``), or None."""

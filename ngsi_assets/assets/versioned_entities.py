@@ -458,7 +458,8 @@ class VersioningRun:
             if self.batch and self._any_refresh:
                 # A refresh deletes every live key it did not name, wherever stored: its hour is folded whole.
                 raise WholeHourNeeded("a refresh message is among the increments")
-            self._batch_messages = source.select("message_identifier").distinct()
+            if self.batch:  # the messages whose earlier records a batch replaces
+                self._batch_messages = source.select("message_identifier").distinct()
             # The buckets each entity's records of the run's hours were in (one small read for all
             # entities); a batch only adds to the hour.
             self._old_buckets: dict[str, set[int]] = {}
