@@ -18,8 +18,12 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from resources.parallel import DEFAULT_WORKERS
+
+if TYPE_CHECKING:
+    from resources.lake import LakeResource
 
 INCREMENT_TAG = "ngsi/increment"
 POSITIONS_FILE = "_positions.json"
@@ -29,14 +33,17 @@ POSITIONS_FILE = "_positions.json"
 SIDE_BY_SIDE_TAG = "ngsi/side-by-side"
 
 
-# The landing sensor's derived runs fold only the increments the versioned entities have not folded
-# yet, on top of what they folded before; a run without the tag folds its hours whole.
+# The landing sensor's derived runs fold only the increments a derived asset (the versioned entities,
+# the STH aggregates) has not folded yet, on top of what it folded before; a run without the tag folds
+# its hours whole.
 NEW_INCREMENTS_TAG = "ngsi/new-increments"
+# In each hour folder of a derived asset's ledger dataset: what of the hour the asset holds (``HourContent``).
+FOLDED_FILE = "_folded.json"
 
 
 @dataclass(frozen=True)
 class HourContent:
-    """What of an hour a versioning run folded: the names of the message store's and the events'
+    """What of an hour a derived asset folded: the names of the message store's and the events'
     whole-hour files, the increments whose events were all in, and the ids (``batch_id``) of the
     batches of increments folded on top of the whole hour (their rows in the hour's message log)."""
 
@@ -75,6 +82,66 @@ class HourContent:
         if not same_whole or not self.increments <= now.increments:
             return None
         return sorted(now.increments - self.increments)
+
+
+def hour_content(lake: LakeResource, key: str) -> HourContent:
+    """What of an hour a derived run folds: the whole-hour files, and the increments whose events are all in."""
+    whole = {ds: lake.whole_hour_files(ds, key) for ds in ("message_store", "ngsi_events")}
+    marked = lake.increment_ids("ngsi_events", key, marked_done=True)
+    # An hour whose increments were written before ``ngsi_events`` marked them: every stored one
+    # counts, as it did then.
+    done = marked | lake.increment_ids("ngsi_events", key) if marked else lake.increment_ids("message_store", key)
+    return HourContent(whole, frozenset(done))
+
+
+@dataclass(frozen=True)
+class FoldPlan:
+    """What a derived asset's run folds. ``contents``: per hour, what it holds now (the increments in
+    flight left out). ``todo``: the increments to fold on top of what the one hour's ledger says the
+    asset holds (``folded``); ``[]`` when there is nothing new, None when the hours are folded whole."""
+
+    contents: Mapping[str, HourContent]
+    folded: HourContent | None
+    todo: list[str] | None
+
+    @staticmethod
+    def of(lake: LakeResource, keys: Sequence[str], ledger: str, *, new_only: bool) -> FoldPlan:
+        """Read the hours' contents and (``new_only``, one hour) the ledger's ``FOLDED_FILE``."""
+        contents = {k: hour_content(lake, k) for k in keys}
+        folded = None
+        if new_only and len(keys) == 1:
+            folded = HourContent.from_text(lake.read_hour_file(ledger, keys[0], FOLDED_FILE))
+        todo = folded.new_increments(contents[keys[0]]) if folded is not None else None
+        return FoldPlan(contents, folded, todo)
+
+    @property
+    def batch(self) -> str | None:
+        """The id of the files a batch adds to its hour, or None when the run folds nothing on top."""
+        return batch_id(self.todo) if self.todo else None
+
+    def whole_parts(self) -> dict[str, frozenset[str]]:
+        """Per hour, the increments a whole fold reads beside the whole-hour files (``read_hour_parts``)."""
+        return {k: c.increments for k, c in self.contents.items()}
+
+    def drop_unfinished_batches(self, lake: LakeResource, datasets: Sequence[str]) -> None:
+        """Remove from the hour the files of a batch whose run was killed before the ledger named it (the
+        batch folded now includes its increments)."""
+        assert self.folded is not None and self.todo
+        key = next(iter(self.contents))
+        for ds in datasets:
+            for stale in lake.increment_ids(ds, key) - self.folded.batches:
+                lake.delete_increment(ds, key, stale)
+
+    def record(self, lake: LakeResource, ledger: str) -> None:
+        """Write each hour's ledger once its rows are all in: the batch on top, or what it was folded from."""
+        assert self.todo != [], "nothing new was folded: the ledger stays as it is"
+        if self.todo:
+            assert self.folded is not None
+            key = next(iter(self.contents))
+            lake.write_hour_file(ledger, key, FOLDED_FILE, self.folded.with_batch(self.todo).to_text())
+            return
+        for key, content in self.contents.items():
+            lake.write_hour_file(ledger, key, FOLDED_FILE, content.to_text())
 
 
 def batch_id(increment_ids: Sequence[str]) -> str:

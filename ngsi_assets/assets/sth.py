@@ -1,6 +1,8 @@
 """STH aggregates: per-hour partial aggregates in the lake, whole STH-Comet documents in MongoDB."""
 
+import functools
 import json
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from dagster import (
@@ -19,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ngsi_assets.assets.ingest import ngsi_events
+from ngsi_assets.increments import NEW_INCREMENTS_TAG, FoldPlan
 from ngsi_assets.ngsi.sth_config import Resolution, STHConfig
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.sinks.mongo_bulk import existing_collections
@@ -47,6 +50,7 @@ from ngsi_assets.transforms.sth import (
 )
 from resources.lake import FolderWrite, LakeResource, key_to_dt
 from resources.mongo import MongoResource
+from resources.parallel import results, side_by_side
 from resources.sth_mongo import STHSinkResource
 
 GROUP = "sth"
@@ -124,15 +128,80 @@ def sth_aggregates(
     that cannot be written (`sth_rejects`, with the reason). Every document an hour touches is
     rebuilt from its own bucket alone, whatever the history's age, and written whole to MongoDB
     (when `NGSI_MONGO_URL` is set), so reruns and backfills in any order leave the same documents.
+
+    A run tagged `ngsi/new-increments` (continuous mode's derived runs) aggregates only the hour's
+    increments it has not aggregated yet, as partials of their own beside the hour's, and rebuilds
+    only the documents they touch.
     """
     config = sth.sth_config()
     keys = context.partition_keys
     session = spark.spark_session
     now = datetime.now(UTC)
+    new_only = bool(context.run.tags.get(NEW_INCREMENTS_TAG))
 
     # Runs of different hours share rollup buckets (a month's, a year's) and documents: one at a time.
     with lake.exclusive(ROLLUPS):
-        return _materialize(session, lake, sth, config, keys, now)
+        plan = FoldPlan.of(lake, keys, PARTIALS, new_only=new_only)
+        if plan.todo == []:
+            return _nothing_new(config)
+        result = _materialize(session, lake, sth, config, keys, now, plan)
+        plan.record(lake, PARTIALS)
+        return result
+
+
+def _nothing_new(config: STHConfig) -> MaterializeResult:
+    """A derived run after which no increment of the hour is left to aggregate: nothing is rebuilt."""
+    metadata = {"events": 0, "samples": 0, "documents_touched": 0, "folded": "nothing new"}
+    both = Resolution.DAY in config.resolutions and Resolution.HOUR in config.resolutions
+    return MaterializeResult(metadata=metadata, check_results=_Checks().results(both))
+
+
+@dataclass
+class _Checks:
+    """What the checks found in the rebuilt documents (none rebuilt: nothing found)."""
+
+    mismatch_count: int = 0
+    mismatch_examples: list[dict] = field(default_factory=list)
+    rejected_documents: int = 0
+    rejected_examples: list[dict] = field(default_factory=list)
+    unaccounted_count: int = 0
+    unaccounted_examples: list[dict] = field(default_factory=list)
+    mixed_count: int = 0
+
+    def results(self, both: bool) -> list[AssetCheckResult]:
+        return [
+            AssetCheckResult(
+                check_name="day_samples_equal_hour_samples",
+                passed=self.mismatch_count == 0,
+                severity=AssetCheckSeverity.ERROR,
+                description="For every day whose hour document was rebuilt, the day document's slot counts as "
+                "many samples as the hour document's slots together."
+                + ("" if both else " Not applicable: day and hour are not both configured."),
+                metadata={"mismatches": self.mismatch_count, "examples": MetadataValue.json(self.mismatch_examples)},
+            ),
+            AssetCheckResult(
+                check_name="documents_within_mongodb_limits",
+                passed=not self.rejected_examples,
+                severity=AssetCheckSeverity.WARN,
+                description="No rebuilt document exceeds MongoDB's 16 MiB limit (such documents are not written).",
+                metadata={
+                    "rejected_documents": self.rejected_documents,
+                    "examples": MetadataValue.json(self.rejected_examples),
+                },
+            ),
+            AssetCheckResult(
+                check_name="every_sample_in_aggregates_or_occur",
+                passed=self.unaccounted_count == 0,
+                severity=AssetCheckSeverity.ERROR,
+                description="In every point of every rebuilt document, samples = the numbers aggregated in sum, "
+                "sum2, min and max + the text counted in occur (documents may hold both kinds).",
+                metadata={
+                    "points_not_accounted": self.unaccounted_count,
+                    "documents_with_numbers_and_text": self.mixed_count,
+                    "examples": MetadataValue.json(self.unaccounted_examples),
+                },
+            ),
+        ]
 
 
 def _materialize(
@@ -142,25 +211,58 @@ def _materialize(
     config: STHConfig,
     keys: list[str],
     now: datetime,
+    plan: FoldPlan,
 ) -> MaterializeResult:
-    events = lake.read(session, "ngsi_events", NGSI_EVENTS, keys)
+    """Aggregate the events ``plan`` says (the hours whole, or a batch of increments of one hour),
+    bring the rollups of the hours up to date and rebuild the documents the new partials touch."""
+    batch = plan.batch
+    if batch is not None:
+        assert plan.todo
+        plan.drop_unfinished_batches(lake, (PARTIALS, REJECTS))
+        events = lake.read_hour_parts(session, "ngsi_events", NGSI_EVENTS, {keys[0]: plan.todo}, whole=False)
+    else:
+        # The whole-hour files and the done increments: one whose events are still being written is
+        # left to the next run, which the ledger (``FoldPlan.record``) tells.
+        events = lake.read_hour_parts(session, "ngsi_events", NGSI_EVENTS, plan.whole_parts())
     # Three consumers (rejects, partials, counts): classify (and name) each event once.
     classified = classify_events(events, config).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        old = lake.read(session, PARTIALS, STH_PARTIALS, keys)
-        lake.replace_together(
-            [
-                FolderWrite.hours(sth_rejects(classified), REJECTS, keys),
-                FolderWrite.hours(with_tombstones(sth_partials(classified, config.resolutions), old), PARTIALS, keys),
-            ]
-        )
         deletes = F.when(F.col("reason") == REASON_DELETE, F.lit("delete")).otherwise(F.col("status"))
         by_status = {r["fate"]: int(r["count"]) for r in classified.groupBy(deletes.alias("fate")).count().collect()}
+        partials = sth_partials(classified, config.resolutions)
+        if batch is not None:
+            # The batch's own files beside the hour's: partials of one slot from several batches are
+            # merged wherever partials are read (``merge_partials``); a rerun replaces exactly them.
+            key, no_rejects = keys[0], not by_status.get(STATUS_REJECTED)
+            results(
+                side_by_side(
+                    [
+                        functools.partial(
+                            lake.append_increment, sth_rejects(classified), REJECTS, key, batch, empty=no_rejects
+                        ),
+                        functools.partial(lake.append_increment, partials, PARTIALS, key, batch),
+                    ],
+                    name="lake-append",
+                    workers=2,
+                )
+            )
+        else:
+            old = lake.read(session, PARTIALS, STH_PARTIALS, keys)
+            lake.replace_together(
+                [
+                    FolderWrite.hours(sth_rejects(classified), REJECTS, keys),
+                    FolderWrite.hours(with_tombstones(partials, old), PARTIALS, keys),
+                ]
+            )
     finally:
         classified.unpersist()
     run_partials = lake.read(session, PARTIALS, STH_PARTIALS, keys)
     rollups_built = _update_rollups(session, lake, keys, run_partials)
-    touched = run_partials.select(*DOC_COLUMNS).distinct()
+    # The documents the new partials touch (a batch's own, or the hours' with their tombstones).
+    new_partials = (
+        run_partials if batch is None else lake.read_increment(session, PARTIALS, STH_PARTIALS, keys[0], batch)
+    )
+    touched = new_partials.select(*DOC_COLUMNS).distinct()
     stored = lake.read_folders(session, ROLLUPS, "bucket", rollups_built, schema=STH_ROLLUPS)
     if stored is None:
         stored = session.createDataFrame([], STH_ROLLUPS)
@@ -244,6 +346,15 @@ def _materialize(
         documents.unpersist()
 
     reject_rows = by_status.get(STATUS_REJECTED, 0)
+    checks = _Checks(
+        mismatch_count=mismatch_count,
+        mismatch_examples=mismatch_examples,
+        rejected_documents=by_action.get(ACTION_REJECT, 0),
+        rejected_examples=rejected_docs,
+        unaccounted_count=unaccounted_count,
+        unaccounted_examples=unaccounted_examples,
+        mixed_count=mixed_count,
+    )
     return MaterializeResult(
         metadata={
             "events": sum(by_status.values()),
@@ -256,41 +367,10 @@ def _materialize(
             "documents_with_numbers_and_text": mixed_count,
             "resolutions": ",".join(r.value for r in config.resolutions),
             "data_model": config.data_model.value,
+            "folded": "whole" if batch is None else f"{len(plan.todo or [])} increments",
             **publish,
         },
-        check_results=[
-            AssetCheckResult(
-                check_name="day_samples_equal_hour_samples",
-                passed=mismatch_count == 0,
-                severity=AssetCheckSeverity.ERROR,
-                description="For every day whose hour document was rebuilt, the day document's slot counts as "
-                "many samples as the hour document's slots together."
-                + ("" if both else " Not applicable: day and hour are not both configured."),
-                metadata={"mismatches": mismatch_count, "examples": MetadataValue.json(mismatch_examples)},
-            ),
-            AssetCheckResult(
-                check_name="documents_within_mongodb_limits",
-                passed=not rejected_docs,
-                severity=AssetCheckSeverity.WARN,
-                description="No rebuilt document exceeds MongoDB's 16 MiB limit (such documents are not written).",
-                metadata={
-                    "rejected_documents": by_action.get(ACTION_REJECT, 0),
-                    "examples": MetadataValue.json(rejected_docs),
-                },
-            ),
-            AssetCheckResult(
-                check_name="every_sample_in_aggregates_or_occur",
-                passed=unaccounted_count == 0,
-                severity=AssetCheckSeverity.ERROR,
-                description="In every point of every rebuilt document, samples = the numbers aggregated in sum, "
-                "sum2, min and max + the text counted in occur (documents may hold both kinds).",
-                metadata={
-                    "points_not_accounted": unaccounted_count,
-                    "documents_with_numbers_and_text": mixed_count,
-                    "examples": MetadataValue.json(unaccounted_examples),
-                },
-            ),
-        ],
+        check_results=checks.results(both),
     )
 
 

@@ -8,7 +8,7 @@ Lake layout, per target entity folder (``entity_folder(name)``):
 - ``entity_exports/<entity>/bucket=N``: for export entities, the live rows as an export store sees them;
 and per hour: ``entity_record_index/dt=H`` (which buckets each hour wrote), ``entity_record_errors``
 and ``message_log`` (each processed message's status and error text), whose hour folder also keeps
-``_folded.json``: what of the hour the versioned entities hold (``HourContent``).
+``_folded.json``: what of the hour the versioned entities hold (``FoldPlan``).
 
 A run re-folds only the keys its hours touch, and rewrites only the buckets they fall in. A run
 tagged ``ngsi/new-increments`` (continuous mode's derived runs) folds only the hour's increments not
@@ -34,7 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from ngsi_assets.assets.ingest import message_store, ngsi_events
-from ngsi_assets.increments import NEW_INCREMENTS_TAG, HourContent, batch_id, side_by_side_width
+from ngsi_assets.increments import NEW_INCREMENTS_TAG, FoldPlan, side_by_side_width
 from ngsi_assets.ngsi.constants import MessageStatus
 from ngsi_assets.ngsi.entity_schema import (
     DELETED,
@@ -549,18 +549,6 @@ class WholeHourNeeded(Exception):
 _MESSAGE_IDS = StructType([StructField("message_identifier", StringType())])
 _RECORDS_NO_BUCKET = StructType([f for f in ENTITY_RECORDS.fields if f.name != BUCKET])
 INDEX_DT = StructType([*INDEX.fields, StructField(PARTITION_COLUMN, StringType(), False)])
-# In each hour of the message log: what of the hour the versioned entities hold (``HourContent``).
-FOLDED_FILE = "_folded.json"
-
-
-def hour_content(lake: LakeResource, key: str) -> HourContent:
-    """What of an hour a run folds: the whole-hour files, and the increments whose events are all in."""
-    whole = {ds: lake.whole_hour_files(ds, key) for ds in ("message_store", "ngsi_events")}
-    marked = lake.increment_ids("ngsi_events", key, marked_done=True)
-    # An hour whose increments were written before ``ngsi_events`` marked them: every stored one
-    # counts, as it did then.
-    done = marked | lake.increment_ids("ngsi_events", key) if marked else lake.increment_ids("message_store", key)
-    return HourContent(whole, frozenset(done))
 
 
 @dataclass
@@ -584,41 +572,34 @@ def fold_hours(
 ) -> Folding:
     """Fold the run's hours whole or (``new_only``, one hour) only the increments not folded yet.
 
-    Each hour's message log keeps what the hour's rows hold (``FOLDED_FILE``), written after the rows:
-    a run killed before it is redone by the next run (a whole hour again, or a batch of increments
-    that includes the unfinished one, whose partial log rows are removed first).
+    Each hour's message log is the ledger (``FOLDED_FILE``, written after the rows): a run killed
+    before it is redone by the next run (a whole hour again, or a batch of increments that includes
+    the unfinished one, whose partial log rows are removed first).
     """
-    contents = {k: hour_content(lake, k) for k in keys}
-    folded = None
-    if new_only and len(keys) == 1:
-        folded = HourContent.from_text(lake.read_hour_file(LOG_DS, keys[0], FOLDED_FILE))
-    todo = folded.new_increments(contents[keys[0]]) if folded is not None else None
+    plan = FoldPlan.of(lake, keys, LOG_DS, new_only=new_only)
     how = "whole"
-    if folded is not None and todo == []:
+    if plan.todo == []:
         return Folding([], spark.createDataFrame([], MESSAGE_LOG), "nothing new")
-    if folded is not None and todo:
+    if plan.todo:
         key = keys[0]
-        for ds in (ERRORS_DS, LOG_DS, INDEX_DS):  # rows of a batch whose run was killed before it ended
-            for stale in lake.increment_ids(ds, key) - folded.batches:
-                lake.delete_increment(ds, key, stale)
-        messages = lake.read_hour_parts(spark, "message_store", MESSAGE_STORE, {key: todo}, whole=False)
-        events = lake.read_hour_parts(spark, "ngsi_events", NGSI_EVENTS, {key: todo}, whole=False)
-        run = VersioningRun(spark, lake, schema, buckets, [key], workers=workers, batch=batch_id(todo))
+        plan.drop_unfinished_batches(lake, (ERRORS_DS, LOG_DS, INDEX_DS))
+        messages = lake.read_hour_parts(spark, "message_store", MESSAGE_STORE, {key: plan.todo}, whole=False)
+        events = lake.read_hour_parts(spark, "ngsi_events", NGSI_EVENTS, {key: plan.todo}, whole=False)
+        run = VersioningRun(spark, lake, schema, buckets, [key], workers=workers, batch=plan.batch)
         try:
             outcomes, log = run.run(messages, events)
         except WholeHourNeeded as exc:
             how = f"whole ({exc})"
         else:
-            lake.write_hour_file(LOG_DS, key, FOLDED_FILE, folded.with_batch(todo).to_text())
-            return Folding(outcomes, log, f"{len(todo)} increments")
+            plan.record(lake, LOG_DS)
+            return Folding(outcomes, log, f"{len(plan.todo)} increments")
+        plan = replace(plan, todo=None)
     # Each hour's whole-hour files and done increments (one whose events are still being written is
     # left to the next run).
-    done = {k: c.increments for k, c in contents.items()}
-    messages = lake.read_hour_parts(spark, "message_store", MESSAGE_STORE, done)
-    events = lake.read_hour_parts(spark, "ngsi_events", NGSI_EVENTS, done)
+    messages = lake.read_hour_parts(spark, "message_store", MESSAGE_STORE, plan.whole_parts())
+    events = lake.read_hour_parts(spark, "ngsi_events", NGSI_EVENTS, plan.whole_parts())
     outcomes, log = VersioningRun(spark, lake, schema, buckets, keys, workers=workers).run(messages, events)
-    for k, content in contents.items():
-        lake.write_hour_file(LOG_DS, k, FOLDED_FILE, content.to_text())
+    plan.record(lake, LOG_DS)
     return Folding(outcomes, log, how)
 
 

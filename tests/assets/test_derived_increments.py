@@ -20,7 +20,6 @@ from pyspark.sql import SparkSession
 from ngsi_assets.assets.ingest import message_store, ngsi_events
 from ngsi_assets.assets.versioned_entities import (
     ERRORS_DS,
-    FOLDED_FILE,
     INDEX_DS,
     INDEX_DT,
     LOG_DS,
@@ -29,7 +28,14 @@ from ngsi_assets.assets.versioned_entities import (
     fold_hours,
     versioned_entities,
 )
-from ngsi_assets.increments import INCREMENT_TAG, NEW_INCREMENTS_TAG, HourContent, Increment, batch_id
+from ngsi_assets.increments import (
+    FOLDED_FILE,
+    INCREMENT_TAG,
+    NEW_INCREMENTS_TAG,
+    HourContent,
+    Increment,
+    batch_id,
+)
 from ngsi_assets.ngsi.entity_schema import entity_folder
 from ngsi_assets.ngsi.envelope import Envelope
 from ngsi_assets.transforms.schemas import MESSAGE_STORE
@@ -37,6 +43,7 @@ from ngsi_assets.transforms.versioned_entities import MESSAGE_LOG, RECORD_ERRORS
 from resources.lake import LakeResource
 from resources.landing import LandingZoneResource
 from resources.spark import default_spark_config
+from resources.sth_mongo import STHSinkResource
 from resources.versioning import VersioningResource
 from tests.assets.test_increments import land, split_into_increments
 from tests.assets.test_versioning_rules import ORDERS_SCHEMA
@@ -82,11 +89,19 @@ def _norm(value: Any) -> Any:
 class Lake:
     """A landing zone and a lake, with the assets run by hand as the sensors' runs would."""
 
-    def __init__(self, tmp_path: Path, name: str) -> None:
+    def __init__(self, tmp_path: Path, name: str, sth: STHSinkResource | None = None) -> None:
         self.landing = LandingZoneResource(root=str(tmp_path / "landing"))
         self.lake = LakeResource(root=str(tmp_path / f"lake-{name}"))
+        self.sth = sth or STHSinkResource()
 
-    def run(self, assets: list[Any], increment: Increment | None = None, new_only: bool = False) -> dict[str, Any]:
+    def run(
+        self,
+        assets: list[Any],
+        increment: Increment | None = None,
+        new_only: bool = False,
+        node: str = "versioned_entities",
+    ) -> dict[str, Any]:
+        """Materialize ``assets`` (checks must pass); the metadata of ``node``'s materialization."""
         tags = {INCREMENT_TAG: increment.to_tag()} if increment else {}
         if new_only:
             tags[NEW_INCREMENTS_TAG] = "1"
@@ -101,12 +116,13 @@ class Lake:
                 "lake": self.lake,
                 "landing": self.landing,
                 "versioning": VersioningResource(buckets=4),
+                "sth": self.sth,
             },
             instance=DagsterInstance.ephemeral(),
         )
         assert result.success
         assert not [c.check_name for c in result.get_asset_check_evaluations() if not c.passed]
-        materialized = [m for m in result.asset_materializations_for_node("versioned_entities")]
+        materialized = [m for m in result.asset_materializations_for_node(node)]
         return {k: v.value for k, v in materialized[0].metadata.items()} if materialized else {}
 
     def derived(self) -> str:

@@ -1,0 +1,183 @@
+"""Derived runs of continuous mode aggregate only the increments ``sth_aggregates`` has not aggregated:
+whatever the batches, the rejects, the hour's partials (merged per slot), the documents built from the
+rollups and the documents in MongoDB equal one whole-hour run; every event is aggregated once; a rerun
+changes nothing; a run killed part way, then followed by a larger batch or rerun, equals an
+uninterrupted one."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pymongo
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from ngsi_assets.assets.ingest import message_store, ngsi_events
+from ngsi_assets.assets.sth import PARTIALS, REJECTS, ROLLUPS, sth_aggregates
+from ngsi_assets.increments import FOLDED_FILE
+from ngsi_assets.ngsi.sth_config import STHConfig
+from ngsi_assets.transforms.sth import STH_PARTIALS, STH_REJECTS, STH_ROLLUPS, build_documents, merge_partials
+from resources.lake import LakeResource
+from resources.sth_mongo import STHSinkResource
+from tests.assets.test_derived_increments import HOUR_KEY, Lake, _norm, _notification
+from tests.assets.test_increments import land, split_into_increments
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+NOW_MS = 1_800_000_000_000
+
+
+def sth_tables(spark: SparkSession, lake: LakeResource, db_prefix: str = "sth_") -> dict[str, list]:
+    """The hour's rejects, its partials merged per slot (batches add rows of their own) and every
+    document the rollups give, as sorted rows, with the databases' prefix left out."""
+
+    def unprefixed(df: DataFrame) -> DataFrame:
+        assert df.where(~F.col("database").startswith(db_prefix)).isEmpty()
+        return df.withColumn("database", F.expr(f"substring(database, {len(db_prefix) + 1})"))
+
+    rejects = lake.read(spark, REJECTS, STH_REJECTS, [HOUR_KEY])
+    partials = merge_partials(unprefixed(lake.read(spark, PARTIALS, STH_PARTIALS, [HOUR_KEY])), by=("dt",))
+    rollups = lake.read_folders(spark, ROLLUPS, "bucket", None, schema=STH_ROLLUPS)
+    assert rollups is not None
+    rollups = unprefixed(rollups)
+    documents = build_documents(rollups, STHConfig(), NOW_MS, order="part")
+    return {
+        name: sorted((_norm(r.asDict(recursive=True)) for r in df.collect()), key=repr)
+        for name, df in (("rejects", rejects), ("partials", partials), ("documents", documents))
+    }
+
+
+def _derived(p: Lake) -> dict[str, Any]:
+    return p.run([sth_aggregates], new_only=True, node="sth_aggregates")
+
+
+def _whole(spark: SparkSession, tmp_path: Path, sth: STHSinkResource | None = None) -> tuple[dict[str, list], int]:
+    whole = Lake(tmp_path, "whole", sth)
+    meta = whole.run([message_store, ngsi_events, sth_aggregates], node="sth_aggregates")
+    assert meta["folded"] == "whole"
+    tables = sth_tables(spark, whole.lake, whole.sth.db_prefix)
+    assert len(tables["documents"]) > 20 and tables["partials"]
+    return tables, int(meta["events"])
+
+
+def test_batches_of_increments_equal_the_whole_hour(spark: SparkSession, tmp_path: Path) -> None:
+    """Random splits into increments, aggregated in random batches: the tables of one whole-hour run,
+    and each event aggregated by exactly one run (the batches read only their increments' events)."""
+    land(tmp_path / "landing", 40, _notification)
+    expected, events = _whole(spark, tmp_path)
+    for seed in (1, 2):
+        rng = random.Random(seed)
+        p = Lake(tmp_path, f"split{seed}")
+        increments = split_into_increments(p.landing, rng, parts=6)
+        runs = []
+        for n, inc in enumerate(increments):
+            p.run([message_store, ngsi_events], inc)
+            if n == len(increments) - 1 or rng.random() < 0.5:
+                runs.append(_derived(p))
+        folds = [r["folded"] for r in runs]
+        assert folds[0] == "whole" and all(f.endswith("increments") for f in folds[1:]), folds
+        assert len(folds) > 1, folds
+        assert sum(int(r["events"]) for r in runs) == events, folds
+        assert sth_tables(spark, p.lake) == expected, f"split {seed}: {folds}"
+        # A derived run with nothing new, and an increment run again, change nothing.
+        assert _derived(p)["folded"] == "nothing new"
+        p.run([message_store, ngsi_events], increments[2])
+        assert _derived(p)["folded"] == "nothing new"
+        assert sth_tables(spark, p.lake) == expected
+
+
+def test_an_hour_rewritten_whole_after_batches_is_aggregated_whole(spark: SparkSession, tmp_path: Path) -> None:
+    """A repair rewrites the hour's events whole: the next derived run aggregates the hour whole,
+    replacing the batches' files, and gives the whole run's tables."""
+    land(tmp_path / "landing", 40, _notification)
+    expected, _ = _whole(spark, tmp_path)
+    p = Lake(tmp_path, "repaired")
+    first, second, third = split_into_increments(p.landing, random.Random(7), parts=3)
+    for inc in (first, second):
+        p.run([message_store, ngsi_events], inc)
+        _derived(p)
+    assert p.lake.increment_ids(PARTIALS, HOUR_KEY), "the second run added a batch of its own"
+    p.run([message_store, ngsi_events])
+    p.run([message_store, ngsi_events], third)
+    assert _derived(p)["folded"] == "whole"
+    assert not p.lake.increment_ids(PARTIALS, HOUR_KEY)
+    assert sth_tables(spark, p.lake) == expected
+
+
+@pytest.fixture
+def db_prefixes(mongo_url: str) -> Iterator[tuple[str, str]]:
+    prefixes = (f"w{uuid.uuid4().hex[:6]}_", f"s{uuid.uuid4().hex[:6]}_")
+    yield prefixes
+    with pymongo.MongoClient(mongo_url, serverSelectionTimeoutMS=10_000) as client:
+        for name in client.list_database_names():
+            if name.startswith(prefixes):
+                client.drop_database(name)
+
+
+def _documents(url: str, prefix: str) -> dict[tuple[str, str, str], dict]:
+    """Every STH document of the databases named with ``prefix``, by (database less prefix, collection, _id)."""
+    out = {}
+    with pymongo.MongoClient(url, serverSelectionTimeoutMS=10_000) as client:
+        for db in client.list_database_names():
+            if not db.startswith(prefix):
+                continue
+            for coll in client[db].list_collection_names():
+                for doc in client[db][coll].find():
+                    out[(db[len(prefix) :], coll, repr(_norm(doc["_id"])))] = _norm(doc)
+    return out
+
+
+def test_killed_batches_are_redone_and_mongodb_holds_the_whole_hours_documents(
+    spark: SparkSession, tmp_path: Path, mongo_url: str, db_prefixes: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed after the batch's partials were in but before the rollups; killed after the documents
+    were published but before the hour's ledger: the next derived runs redo the batch (with one more
+    increment, or the same), and the lake and MongoDB hold what one whole-hour run gives."""
+    whole_prefix, split_prefix = db_prefixes
+    land(tmp_path / "landing", 40, _notification)
+    expected, events = _whole(spark, tmp_path, STHSinkResource(mongo_url=mongo_url, db_prefix=whole_prefix))
+    p = Lake(tmp_path, "killed", STHSinkResource(mongo_url=mongo_url, db_prefix=split_prefix))
+    a, b, c, d = split_into_increments(p.landing, random.Random(5), parts=4)
+    p.run([message_store, ngsi_events], a)
+    assert _derived(p)["folded"] == "whole"
+    p.run([message_store, ngsi_events], b)
+
+    real_replace = LakeResource.replace_folders
+
+    def dies_at_the_rollups(self: LakeResource, df: Any, dataset: str, *args: Any, **kwargs: Any) -> None:
+        if dataset == ROLLUPS:
+            raise RuntimeError("killed")
+        real_replace(self, df, dataset, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(LakeResource, "replace_folders", dies_at_the_rollups)
+        with pytest.raises(Exception, match="killed"):
+            _derived(p)
+    assert p.lake.increment_ids(PARTIALS, HOUR_KEY), "the killed batch left its partials"
+    p.run([message_store, ngsi_events], c)
+    redone = _derived(p)
+    assert redone["folded"] == "2 increments"
+
+    p.run([message_store, ngsi_events], d)
+    real_write = LakeResource.write_hour_file
+
+    def dies_at_the_ledger(self: LakeResource, dataset: str, key: str, name: str, text: str) -> None:
+        if dataset == PARTIALS and name == FOLDED_FILE:
+            raise RuntimeError("killed")
+        real_write(self, dataset, key, name, text)
+
+    with monkeypatch.context() as m:
+        m.setattr(LakeResource, "write_hour_file", dies_at_the_ledger)
+        with pytest.raises(Exception, match="killed"):
+            _derived(p)
+    last = _derived(p)
+    assert last["folded"] == "1 increments" and last["published"] is True
+    assert sth_tables(spark, p.lake, split_prefix) == expected
+    whole_docs, split_docs = _documents(mongo_url, whole_prefix), _documents(mongo_url, split_prefix)
+    assert len(whole_docs) > 20
+    assert split_docs == whole_docs
