@@ -228,25 +228,35 @@ def runs_summary(home: Path) -> list[tuple[str, float, str]]:
 
 
 def derived_runs_detail(home: Path) -> dict[str, Any]:
-    """The derived runs' median seconds per step, and how their ``versioned_entities`` folded (how many
-    runs folded the hour whole, new increments only, or nothing new)."""
+    """The derived runs' median seconds per step, how each asset that says so (``folded`` metadata)
+    folded (how many runs folded the hour whole, new increments only, or nothing new), and how many
+    keys ``versioned_entities`` folded on from their latest version."""
     from dagster import DagsterEventType, DagsterInstance, RunsFilter
 
     steps: dict[str, list[float]] = {}
-    folds: dict[str, int] = {}
+    folds: dict[str, dict[str, int]] = {}
+    from_latest = 0
     with DagsterInstance.from_config(str(home)) as instance:
         run_ids = [r.dagster_run.run_id for r in instance.get_run_records(RunsFilter(job_name="ngsi_derived_job"))]
         for run_id in run_ids:
             for record in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION):
-                folded = record.dagster_event.event_specific_data.materialization.metadata.get("folded")
+                materialization = record.dagster_event.event_specific_data.materialization
+                folded = materialization.metadata.get("folded")
                 if folded is not None:
                     kind = str(folded.value)
                     kind = "whole" if kind.startswith("whole") else kind.split(" ", 1)[-1]
-                    folds[kind] = folds.get(kind, 0) + 1
+                    per_kind = folds.setdefault(materialization.asset_key.path[-1], {})
+                    per_kind[kind] = per_kind.get(kind, 0) + 1
+                latest = materialization.metadata.get("keys_folded_from_latest_version")
+                from_latest += int(latest.value) if latest is not None else 0
     for run_id in run_ids:
         for step, seconds in step_seconds(home, run_id).items():
             steps.setdefault(step, []).append(seconds)
-    return {"steps_median_s": {k: round(statistics.median(v), 1) for k, v in steps.items()}, "folds": folds}
+    return {
+        "steps_median_s": {k: round(statistics.median(v), 1) for k, v in steps.items()},
+        "folds": folds,
+        "keys_from_latest_version": from_latest,
+    }
 
 
 def completeness(obs: Observations, lake: Path, pg_url: str, my_url: str, cars: int) -> dict[str, Any]:
@@ -476,9 +486,11 @@ def render(r: dict[str, Any]) -> str:
                 + ", ".join(
                     f"{k} {v:.1f}" for k, v in sorted(r["derived"]["steps_median_s"].items(), key=lambda kv: -kv[1])
                 )
-                + "; `versioned_entities` folded: "
-                + ", ".join(f"{k} {n}x" for k, n in sorted(r["derived"]["folds"].items()))
-                + ".",
+                + "".join(
+                    f"; `{asset}` folded: " + ", ".join(f"{k} {n}x" for k, n in sorted(kinds.items()))
+                    for asset, kinds in sorted(r["derived"]["folds"].items())
+                )
+                + f"; keys folded on from their latest version: {r['derived'].get('keys_from_latest_version', 0)}.",
             ]
             if r.get("derived")
             else []

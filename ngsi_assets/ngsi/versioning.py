@@ -33,6 +33,7 @@ Rules (the seed's, with the choices its text leaves open written down):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -140,11 +141,22 @@ def _apply(state: _State | None, r: Record) -> _State | None:
     return _State(fields, prov, False)
 
 
-def fold_key(records: Iterable[Record]) -> list[Version]:
-    """The versions of one key (all records share a guid), from its records in any order."""
+def fold_key(records: Iterable[Record], start: Version | None = None) -> list[Version]:
+    """The versions of one key (all records share a guid), from its records in any order.
+
+    ``start``: the key's latest (open) version, when ``records`` all come after every record it was
+    folded from. The fold then goes on from it, as a fold of all the key's records would: the result
+    starts with ``start`` again (closed if a record changes it). Fields of a version are the ones its
+    provenance names, so the state is whole in it.
+    """
     ordered = sorted(records, key=Record.order)
     versions: list[Version] = []
     state: _State | None = None
+    if start is not None:
+        if ordered and ordered[0].effective <= start.valid_from:
+            raise ValueError(f"key {start.guid}: a record at {ordered[0].effective} does not come after {start}")
+        versions.append(start)
+        state = _State(dict(start.fields), dict(start.provenance), start.deleted)
     for r in ordered:
         if versions and versions[-1].valid_from == r.effective:
             continue
@@ -171,6 +183,11 @@ def fold_sorted(records: Iterable[Record]) -> Iterator[Version]:
         group.append(r)
     if group:
         yield from fold_key(group)
+
+
+def provenance_from_json(text: str) -> dict[str, tuple[str, int]]:
+    """The provenance ``provenance_json`` wrote (its JSON text), back."""
+    return {name: (str(entry["m"]), int(entry["p"])) for name, entry in json.loads(text).items()}
 
 
 def provenance_json(provenance: Mapping[str, tuple[str, int]]) -> dict[str, Any]:

@@ -11,7 +11,9 @@ The pipeline, all pure DataFrame -> DataFrame functions (the asset only reads an
    of the child entity plus child-refresh events.
 3. ``refresh_deletes``: the deletes a refresh generates for keys it did not contain.
 4. ``fold_versions``: every record of the touched keys, folded in effective order by the pure rules
-   of ``ngsi_assets.ngsi.versioning`` (mapInArrow over key-sorted partitions: no per-key overhead).
+   of ``ngsi_assets.ngsi.versioning`` (mapInArrow over key-sorted partitions: no per-key overhead);
+   or, for keys whose new records all come after their stored ones (``keys_after_their_records``),
+   only the new records, on from the key's latest version (``fold_starts``).
 5. ``typed_versions``: the generic versions as the target table's typed columns.
 
 A guid is the UUID v5 of the entity name and the key values, so a key keeps its guid through any
@@ -58,7 +60,17 @@ from ngsi_assets.ngsi.entity_schema import (
     FieldDef,
     TargetEntity,
 )
-from ngsi_assets.ngsi.versioning import DELETE, REFRESH_DELETE, UPSERT, Record, fold_key, provenance_json
+from ngsi_assets.ngsi.versioning import (
+    DELETE,
+    GUID_FIELD,
+    REFRESH_DELETE,
+    UPSERT,
+    Record,
+    Version,
+    fold_key,
+    provenance_from_json,
+    provenance_json,
+)
 from ngsi_assets.transforms.conversions import convert_value, typed_column
 
 # Namespace of entity guids (uuid5 of "<entity>\n<key JSON>").
@@ -803,14 +815,18 @@ def refresh_deletes(keys: DataFrame, refreshes: DataFrame, records: DataFrame) -
 
 
 def _fold_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: rows sorted by (guid, effective order) within the partition -> versions."""
+    """mapInArrow body: rows sorted by (guid, effective order) within the partition -> versions.
+
+    A row with op ``START`` (``fold_starts``) is a key's latest version, which the fold goes on from."""
     out: list[dict] = []
     group: list[Record] = []
-    where: tuple[str, int] = ("", 0)
+    start: Version | None = None
+    where: tuple[str, str, int] | None = None  # the key's (guid, entity, bucket)
 
     def flush() -> None:
-        entity, bucket = where
-        for v in fold_key(group):
+        assert where is not None
+        _, entity, bucket = where
+        for v in fold_key(group, start):
             out.append(
                 {
                     "entity": entity,
@@ -827,13 +843,26 @@ def _fold_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
 
     for batch in batches:
         for row in batch.to_pylist():
-            if group and row["guid"] != group[0].guid:
+            if where is not None and row["guid"] != where[0]:
                 flush()
-                group = []
+                group, start = [], None
                 if len(out) >= 4096:
                     yield pa.RecordBatch.from_pylist(out, schema=_ARROW_VERSIONS)
                     out = []
-            where = (row["entity"], row["bucket"])
+            where = (row["guid"], row["entity"], row["bucket"])
+            if row["op"] == START:
+                provenance = provenance_from_json(row["start_provenance"])
+                fields = dict(row["fields"] or ())
+                start = Version(
+                    guid=row["guid"],
+                    valid_from=row["effective_ts"],
+                    valid_to=None,
+                    deleted=bool(row["start_deleted"]),
+                    fields={n: fields.get(n) for n in sorted(provenance) if n != GUID_FIELD},
+                    provenance=provenance,
+                    source_message=row["message_identifier"],
+                )
+                continue
             group.append(
                 Record(
                     guid=row["guid"],
@@ -847,7 +876,7 @@ def _fold_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
                     key_fields=row["key_fields"] or (),
                 )
             )
-    if group:
+    if where is not None:
         flush()
     if out:
         yield pa.RecordBatch.from_pylist(out, schema=_ARROW_VERSIONS)
@@ -868,19 +897,92 @@ _ARROW_VERSIONS = pa.schema(
 )
 
 
-def fold_versions(records: DataFrame) -> DataFrame:
+def fold_versions(records: DataFrame, starts: DataFrame | None = None) -> DataFrame:
     """VERSIONS, one row per version of each key, from ENTITY_RECORDS (all records of those keys).
+
+    ``starts`` (FOLD_INPUT rows of ``fold_starts``): for some keys, their latest version, when the
+    records given for them are only those after every record it was folded from; the fold goes on
+    from it and gives that version again (closed if a record changes it), then the new ones.
 
     Rows are clustered by guid and sorted within each partition so one Python pass folds every key
     (no per-group overhead); the fold itself is ``ngsi_assets.ngsi.versioning``.
     """
-    ordered = (
+    rows = (
         records.select(*ENTITY_RECORDS.fieldNames())
         .where(F.col("op") != SEEN)
-        .repartition("guid")
-        .sortWithinPartitions("entity", "guid", "effective_ts", "message_identifier", "record_seq", "op")
+        .withColumn("start_provenance", F.lit(None).cast("string"))
+        .withColumn("start_deleted", F.lit(None).cast("boolean"))
     )
-    return with_known_columns(ordered, ENTITY_RECORDS).mapInArrow(_fold_batches, VERSIONS)
+    if starts is not None:
+        rows = rows.unionByName(starts.select(*FOLD_INPUT.fieldNames()))
+    # A start sorts first in its key: every record given with it comes later.
+    ordered = rows.repartition("guid").sortWithinPartitions(
+        "entity", "guid", "effective_ts", "message_identifier", "record_seq", "op"
+    )
+    return with_known_columns(ordered, FOLD_INPUT).mapInArrow(_fold_batches, VERSIONS)
+
+
+# The fold's input: records, and (op START) the latest versions some keys are folded on from.
+START = "start"
+FOLD_INPUT = StructType(
+    [
+        *ENTITY_RECORDS.fields,
+        StructField("start_provenance", StringType()),
+        StructField("start_deleted", BooleanType()),
+    ]
+)
+
+
+def keys_after_their_records(stored: DataFrame, new: DataFrame, table: DataFrame) -> DataFrame:
+    """(guid) of the keys whose ``new`` records all come after every record ``stored`` holds of them
+    (both ENTITY_RECORDS) and after the start of their open row in ``table`` (the typed table); keys
+    with no stored record are not among them.
+
+    Such a key's fold goes on from its latest version (``fold_starts``) with only its new records,
+    and gives what a fold of all its records gives. The test is against the stored *records*, not
+    only the latest version's start: a stored record that changed nothing can change something once
+    an earlier record arrives. The open row counts too: a run killed between its two writes leaves
+    the table ahead of the records, with versions of some of the records given again as new.
+    """
+    folded = F.col("op") != SEEN
+    times = stored.where(folded).select("guid", "effective_ts", F.lit(True).alias("_stored"))
+    open_starts = table.where(F.col(VALID_TO).isNull()).select(
+        F.col(GUID).alias("guid"), F.col(VALID_FROM).alias("effective_ts"), F.lit(False).alias("_stored")
+    )
+    last = (
+        times.unionByName(open_starts)
+        .groupBy("guid")
+        .agg(F.max("effective_ts").alias("_last"), F.max("_stored").alias("_stored"))
+        .where(F.col("_stored"))
+    )
+    first = new.where(folded).groupBy("guid").agg(F.min("effective_ts").alias("_first"))
+    return first.join(last, "guid").where(F.col("_first") > F.col("_last")).select("guid")
+
+
+def fold_starts(table: DataFrame, entity: str, fields: Sequence[str]) -> DataFrame:
+    """FOLD_INPUT rows (op START) of the open rows of a typed table of text fields (a default NGSI
+    entity's): each key's latest version, for ``fold_versions`` to go on from."""
+    values = F.map_from_arrays(
+        F.array(*[F.lit(n) for n in fields]).cast("array<string>"),
+        F.array(*[F.col(n).cast("string") for n in fields]).cast("array<string>"),
+    )
+    return table.where(F.col(VALID_TO).isNull()).select(
+        F.lit(entity).alias("entity"),
+        F.col(GUID).alias("guid"),
+        F.col(GUID).alias("key"),
+        F.col(VALID_FROM).alias("effective_ts"),
+        F.col(SOURCE_MESSAGE).alias("message_identifier"),
+        F.lit(0).alias("record_seq"),
+        F.lit(START).alias("op"),
+        F.lit(0).alias("priority"),
+        values.cast(RAW_VALUES).alias("fields"),
+        F.lit(None).cast(MapType(StringType(), IntegerType())).alias("field_priority"),
+        F.lit(None).cast(ArrayType(StringType())).alias("key_fields"),
+        F.lit("").alias("dt"),
+        F.col("bucket").cast("int").alias("bucket"),
+        F.col(FIELD_PROVENANCE).alias("start_provenance"),
+        F.col(DELETED).alias("start_deleted"),
+    )
 
 
 def with_known_columns(df: DataFrame, schema: StructType) -> DataFrame:

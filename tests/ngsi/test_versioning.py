@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -248,3 +249,28 @@ def test_any_arrival_order_gives_the_same_versions(records: list[Record], rnd) -
     assert all(v.valid_to is not None for v in expected[:-1])
     if expected:
         assert expected[-1].valid_to is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_record, max_size=10, unique_by=lambda r: (r.message, r.effective)), st.integers(0, 6))
+def test_folding_on_from_the_latest_version_equals_folding_everything(records: list[Record], cut: int) -> None:
+    """Records stored up to a time, later ones new: going on from the stored records' latest version
+    with only the new records gives the versions of folding them all (the state is whole in a version)."""
+    cut_at = t(["09:00", "09:10", "09:20", "09:30", "09:40", "09:50", "09:59"][cut])
+    stored = [r for r in records if r.effective < cut_at]
+    new = [r for r in records if r.effective >= cut_at]
+    expected = fold_key(records)
+    before = fold_key(stored)
+    if not before:
+        assert fold_key(new) == expected
+        return
+    # The latest version as the table holds it: a field is what its provenance names.
+    latest = before[-1]
+    assert set(latest.fields) == set(latest.provenance) - {"guid"}
+    assert before[:-1] + fold_key(new, start=latest) == expected
+
+
+def test_a_record_not_after_the_start_is_refused() -> None:
+    (latest,) = fold_key([rec("09:10", "a")])
+    with pytest.raises(ValueError, match="does not come after"):
+        fold_key([rec("09:10", "b")], start=latest)
