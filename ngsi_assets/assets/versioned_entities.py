@@ -402,6 +402,8 @@ class VersioningRun:
             on_top = keys_after_their_records(old, new, existing).persist()
             self._persisted.append(on_top)
             from_latest = on_top.count()
+            if not from_latest:  # new keys only, or late records: the plain fold, with fewer joins
+                on_top = None
         if on_top is None:
             to_fold = records.join(touched, "guid", "left_semi")
             starts = None
