@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING
 from resources.parallel import DEFAULT_WORKERS
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
     from resources.lake import LakeResource
 
 INCREMENT_TAG = "ngsi/increment"
@@ -119,9 +122,15 @@ class FoldPlan:
         """The id of the files a batch adds to its hour, or None when the run folds nothing on top."""
         return batch_id(self.todo) if self.todo else None
 
-    def whole_parts(self) -> dict[str, frozenset[str]]:
-        """Per hour, the increments a whole fold reads beside the whole-hour files (``read_hour_parts``)."""
-        return {k: c.increments for k, c in self.contents.items()}
+    def read(self, lake: LakeResource, spark: SparkSession, dataset: str, schema: StructType) -> DataFrame:
+        """The rows of ``dataset`` the run folds: the batch's increments of the one hour; or each hour's
+        whole-hour files and done increments (one whose events are still being written is left to the
+        next run, which the ledger tells)."""
+        if self.todo:
+            key = next(iter(self.contents))
+            return lake.read_hour_parts(spark, dataset, schema, {key: self.todo}, whole=False)
+        parts = {k: c.increments for k, c in self.contents.items()}
+        return lake.read_hour_parts(spark, dataset, schema, parts)
 
     def drop_unfinished_batches(self, lake: LakeResource, datasets: Sequence[str]) -> None:
         """Remove from the hour the files of a batch whose run was killed before the ledger named it (the

@@ -217,13 +217,8 @@ def _materialize(
     bring the rollups of the hours up to date and rebuild the documents the new partials touch."""
     batch = plan.batch
     if batch is not None:
-        assert plan.todo
         plan.drop_unfinished_batches(lake, (PARTIALS, REJECTS))
-        events = lake.read_hour_parts(session, "ngsi_events", NGSI_EVENTS, {keys[0]: plan.todo}, whole=False)
-    else:
-        # The whole-hour files and the done increments: one whose events are still being written is
-        # left to the next run, which the ledger (``FoldPlan.record``) tells.
-        events = lake.read_hour_parts(session, "ngsi_events", NGSI_EVENTS, plan.whole_parts())
+    events = plan.read(lake, session, "ngsi_events", NGSI_EVENTS)
     # Three consumers (rejects, partials, counts): classify (and name) each event once.
     classified = classify_events(events, config).persist(StorageLevel.MEMORY_AND_DISK)
     try:

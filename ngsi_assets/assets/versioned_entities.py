@@ -607,11 +607,10 @@ def fold_hours(
     if plan.todo == []:
         return Folding([], spark.createDataFrame([], MESSAGE_LOG), "nothing new")
     if plan.todo:
-        key = keys[0]
         plan.drop_unfinished_batches(lake, (ERRORS_DS, LOG_DS, INDEX_DS))
-        messages = lake.read_hour_parts(spark, "message_store", MESSAGE_STORE, {key: plan.todo}, whole=False)
-        events = lake.read_hour_parts(spark, "ngsi_events", NGSI_EVENTS, {key: plan.todo}, whole=False)
-        run = VersioningRun(spark, lake, schema, buckets, [key], workers=workers, batch=plan.batch)
+        messages = plan.read(lake, spark, "message_store", MESSAGE_STORE)
+        events = plan.read(lake, spark, "ngsi_events", NGSI_EVENTS)
+        run = VersioningRun(spark, lake, schema, buckets, keys, workers=workers, batch=plan.batch)
         try:
             outcomes, log = run.run(messages, events)
         except WholeHourNeeded as exc:
@@ -620,10 +619,8 @@ def fold_hours(
             plan.record(lake, LOG_DS)
             return Folding(outcomes, log, f"{len(plan.todo)} increments")
         plan = replace(plan, todo=None)
-    # Each hour's whole-hour files and done increments (one whose events are still being written is
-    # left to the next run).
-    messages = lake.read_hour_parts(spark, "message_store", MESSAGE_STORE, plan.whole_parts())
-    events = lake.read_hour_parts(spark, "ngsi_events", NGSI_EVENTS, plan.whole_parts())
+    messages = plan.read(lake, spark, "message_store", MESSAGE_STORE)
+    events = plan.read(lake, spark, "ngsi_events", NGSI_EVENTS)
     outcomes, log = VersioningRun(spark, lake, schema, buckets, keys, workers=workers).run(messages, events)
     plan.record(lake, LOG_DS)
     return Folding(outcomes, log, how)
