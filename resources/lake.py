@@ -653,11 +653,11 @@ class LakeResource(ConfigurableResource):
         self.files().write_text(f"{self.partition_uri(dataset, partition_key)}/{name}", text)
 
     @contextlib.contextmanager
-    def exclusive(self, dataset: str) -> Iterator[None]:
-        """One writer of ``dataset`` at a time, across processes: an exclusive ``flock`` on
-        ``<dataset>/.lock`` on a local lake. Object stores have no lock: there, the asset's Dagster
-        pool (named in the README) must be given a limit of 1."""
-        uri = self.dataset_uri(dataset)
+    def exclusive(self, dataset: str, subfolder: str = "") -> Iterator[None]:
+        """One writer of ``dataset`` (or of one subfolder of it) at a time, across processes: an
+        exclusive ``flock`` on ``<dataset>[/<subfolder>]/.lock`` on a local lake. Object stores have no
+        lock: there, the asset's Dagster pool (named in the README) must be given a limit of 1."""
+        uri = self.folder_uri(dataset, subfolder)
         parts = urlsplit(uri)
         if parts.scheme not in ("", "file"):
             yield
@@ -686,6 +686,24 @@ class LakeResource(ConfigurableResource):
         if subfolder and ("/" in subfolder or subfolder.startswith((".", "_")) or "=" in subfolder):
             raise ValueError(f"bad subfolder name {subfolder!r}")
         return self.dataset_uri(dataset) + (f"/{subfolder}" if subfolder else "")
+
+    def folder_values(self, dataset: str, column: str, subfolder: str = "") -> list[str]:
+        """The values of the ``column=value`` folders of a dataset or subfolder, sorted."""
+        self.recover(dataset)
+        return sorted(self.files().list_partition_values(self.folder_uri(dataset, subfolder), column))
+
+    def remove_folders(self, dataset: str, column: str, values: Sequence[object], *, subfolder: str = "") -> None:
+        """Remove the ``column=value`` folders ``values`` (those present), in one journal."""
+        target = self.folder_uri(dataset, subfolder)
+        wanted = sorted({str(v) for v in values})
+        if not wanted:
+            return
+        self.recover(dataset)
+        old = f"{self.root_uri}/{STAGING}/{dataset}/{staging_name()}"
+        self._commit(
+            dataset,
+            [{"op": "empty", "final": f"{target}/{column}={v}", "old": f"{old}-old-{v}"} for v in wanted],
+        )
 
     def read_folders(
         self,

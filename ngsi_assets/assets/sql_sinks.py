@@ -1,5 +1,6 @@
 """Historic tables and last-data tables in PostgreSQL and MySQL: thin shells around the transforms and the writer."""
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -24,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ngsi_assets.assets.ingest import events_of_run, ngsi_events
+from ngsi_assets.last_data_state import LastDataState, delta_id
 from ngsi_assets.ngsi.sql_config import SqlSinkConfig
 from ngsi_assets.ngsi.sql_naming import Dialect, fixed_column, quote_ident
 from ngsi_assets.partitions import hourly_partitions
@@ -35,7 +37,6 @@ from ngsi_assets.transforms.sql_sinks import (
     TS_FALLBACK,
     last_data_output,
     last_data_records,
-    merge_last_data_state,
     sink_rows,
     writer_order,
 )
@@ -47,7 +48,6 @@ GROUP = "sql_sinks"
 LAST_DATA_PRIORITY = 10
 NOT_CONFIGURED = "no SQL sink configured: set NGSI_POSTGRES_URL / NGSI_MYSQL_URL or NGSI_SQL_SINKS_CONFIG"
 CHECK_SAMPLE_KEYS = 20
-LAST_DATA_STATE_DATASET = "last_data_state"
 _HOUR_MS = 3_600_000
 
 
@@ -79,9 +79,10 @@ def state_folder(cfg: SqlSinkConfig) -> str:
 
 
 def _merge_last_data(
-    session: SparkSession, lake: LakeResource, events: DataFrame, cfg: SqlSinkConfig
+    session: SparkSession, lake: LakeResource, events: DataFrame, cfg: SqlSinkConfig, delta: str
 ) -> tuple[DataFrame, DataFrame, dict[str, Any], DataFrame]:
-    """Merge the run's records into the stored state of the keys' buckets; the touched keys' rows.
+    """Merge the run's records into the stored state (as the run's delta, see ``last_data_state``); the
+    touched keys' rows. Call it under the state's lock, and write the rows before leaving it.
 
     The state is written before any row reaches the server, so a run killed after it is rerun from
     the same state (the merge is idempotent) and writes the same rows. The run's records come back
@@ -95,31 +96,19 @@ def _merge_last_data(
         .collect()
     )
     touched = sorted(int(r["bucket"]) for r in per_bucket)
-    folder = state_folder(cfg)
-    increment = records.select(*LAST_DATA_STATE.fieldNames())
-    old = lake.read_folders(
-        session, LAST_DATA_STATE_DATASET, "bucket", touched, subfolder=folder, schema=LAST_DATA_STATE
-    )
-    merged = merge_last_data_state(increment if old is None else old.unionByName(increment), cfg)
-    lake.replace_folders(merged, LAST_DATA_STATE_DATASET, "bucket", touched, subfolder=folder)
-    state = lake.read_folders(
-        session, LAST_DATA_STATE_DATASET, "bucket", touched, subfolder=folder, schema=LAST_DATA_STATE
-    )
-    keys = ["database", "db", "table", *cfg.last_data_unique_key]
-    wanted = records.select(*[F.col(k).alias("_k_" + k) for k in keys]).distinct()
-    rows = (
-        last_data_output(state.join(wanted, [state[k].eqNullSafe(wanted["_k_" + k]) for k in keys], "left_semi"), cfg)
-        if state is not None
-        else last_data_output(merged.limit(0), cfg)
-    )
+    state = LastDataState(lake, session, cfg, state_folder(cfg))
+    written = state.merge_in(records.select(*LAST_DATA_STATE.fieldNames()), touched, delta)
     return (
-        rows,
+        last_data_output(written.state, cfg),
         rejects,
         {
             "timestamp_key": cfg.last_data_timestamp_key,
             "timestamp_fallbacks": sum(int(r["fallbacks"] or 0) for r in per_bucket),
-            "state_buckets_rewritten": len(touched),
-            "state_folder": folder,
+            "state_buckets_touched": len(touched),
+            "state_deltas": written.deltas,
+            "state_deltas_compacted": written.compacted,
+            "state_buckets_compacted": written.buckets_compacted,
+            "state_folder": state.folder,
         },
         records,
     )
@@ -146,21 +135,25 @@ def _run_sink(
     def write_dialect(cfg: SqlSinkConfig) -> tuple[SqlSinkConfig, DataFrame, list[dict], DataFrame, dict[str, Any]]:
         own: dict[str, Any] = {}
         records: DataFrame | None = None
-        if sink == LAST_DATA:
-            rows, rejects, state_metadata, records = _merge_last_data(session, lake, events, cfg)
-            own.update({f"{cfg.dialect.value}_{k}": v for k, v in state_metadata.items()})
-        else:
-            rows, rejects = sink_rows(events, cfg, sink)
-        rows = rows.persist()
-        job = WriteJob(
-            config=cfg,
-            connect_kwargs=SqlSinksResource.connect_kwargs(cfg),
-            sink=sink,
-            hours=hour_ranges(keys),
-            now_ms=now_ms,
-            increment=None if inc is None else inc.id,
-        )
-        stats = write_dataframe(rows, job, writer_order(cfg, sink))
+        with contextlib.ExitStack() as stack:
+            if sink == LAST_DATA:
+                # The rows are read from the state's files: written before a compaction may remove them.
+                stack.enter_context(LastDataState(lake, session, cfg, state_folder(cfg)).lock())
+                delta = delta_id(keys, None if inc is None else inc.id)
+                rows, rejects, state_metadata, records = _merge_last_data(session, lake, events, cfg, delta)
+                own.update({f"{cfg.dialect.value}_{k}": v for k, v in state_metadata.items()})
+            else:
+                rows, rejects = sink_rows(events, cfg, sink)
+            rows = rows.persist()
+            job = WriteJob(
+                config=cfg,
+                connect_kwargs=SqlSinksResource.connect_kwargs(cfg),
+                sink=sink,
+                hours=hour_ranges(keys),
+                now_ms=now_ms,
+                increment=None if inc is None else inc.id,
+            )
+            stats = write_dataframe(rows, job, writer_order(cfg, sink))
         if records is not None:
             records.unpersist()
         own[f"{cfg.dialect.value}_rows_by_table"] = MetadataValue.json(rows_by_table(stats))
@@ -292,6 +285,8 @@ def _stored_rows_in(cfg: SqlSinkConfig, database: str | None, sample: list[Any])
     check_specs=[AssetCheckSpec("last_data_row_equals_newest_event", asset="last_data")],
     # First of the steps ready after the events: freshness is measured in the last-data tables.
     op_tags={PRIORITY_TAG: str(LAST_DATA_PRIORITY)},
+    # One run at a time writes a sink's state: a local lake is locked, an object store needs this pool's limit at 1.
+    pool="last_data",
 )
 def last_data(
     context: AssetExecutionContext,
@@ -304,8 +299,9 @@ def last_data(
     last_data_timestamp_key (recvTime, or an attribute such as TimeInstant), across runs in any order;
     an entityDelete removes the row and leaves a tombstone that older updates cannot undo.
 
-    The merged state of every key is kept in the lake (`last_data_state`); a run merges its hours into
-    the buckets they touch and upserts only the keys it touched. Records that cannot be written go to
+    The merged state of every key is kept in the lake (`last_data_state`, plus a small delta per run
+    in `last_data_state_deltas`, folded into the state every NGSI_LAST_DATA_COMPACT_AFTER runs); a run
+    upserts only the keys it touched. Records that cannot be written go to
     the lake dataset `last_data_rejects` with the reason.
     """
     metadata, results, skipped = _run_sink(context, spark, lake, sql_sinks, LAST_DATA)

@@ -27,6 +27,7 @@ from ngsi_assets.increments import (
     unread_ranges,
 )
 from ngsi_assets.ingest.landing import LandingWriter
+from ngsi_assets.last_data_state import COMPACT_AFTER_ENV
 from ngsi_assets.ngsi.envelope import Envelope
 from ngsi_assets.sinks.sql_writer import BOOKKEEPING
 from ngsi_assets.transforms.schemas import MESSAGE_STORE, NGSI_EVENTS
@@ -157,8 +158,12 @@ def whole_hour(spark: SparkSession, tmp_path: Path, sink: Sink) -> tuple[dict, d
     return tables
 
 
-def test_increments_in_order_equal_the_whole_hour(spark: SparkSession, tmp_path: Path, sink: Sink) -> None:
-    """Random splits of the same landed hour, run in order, give the tables of one whole-hour run."""
+def test_increments_in_order_equal_the_whole_hour(
+    spark: SparkSession, tmp_path: Path, sink: Sink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random splits of the same landed hour, run in order, give the tables of one whole-hour run;
+    the last-data state's deltas are folded into its base every second run."""
+    monkeypatch.setenv(COMPACT_AFTER_ENV, "2")
     land(tmp_path / "landing", 40)
     whole_lake, whole_sql = whole_hour(spark, tmp_path, sink)
     assert len(whole_lake["message_store"]) == 40
