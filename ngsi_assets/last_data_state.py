@@ -21,7 +21,9 @@ One run per state folder at a time (an exclusive lock; on object storage, the ``
 pool at 1): a compaction removes deltas another run might be reading.
 """
 
+import dataclasses
 import hashlib
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +34,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from ngsi_assets.ngsi.sql_config import SqlSinkConfig
-from ngsi_assets.transforms.sql_sinks import LAST_DATA_STATE, merge_last_data_state
+from ngsi_assets.transforms.sql_sinks import LAST_DATA_STATE, LAST_DATA_STATE_BUCKETS, merge_last_data_state
 from resources.lake import LakeResource
 
 STATE_DATASET = "last_data_state"
@@ -41,6 +43,24 @@ DELTA_COLUMN = "delta"
 COMPACT_AFTER_ENV = "NGSI_LAST_DATA_COMPACT_AFTER"
 COMPACT_AFTER_DEFAULT = 16
 _DELTA_SCHEMA = StructType([*LAST_DATA_STATE.fields, StructField(DELTA_COLUMN, StringType())])
+
+
+def state_folder(cfg: SqlSinkConfig) -> str:
+    """The ``last_data_state`` subfolder of a sink: its dialect and a fingerprint of what shapes the state.
+
+    A change of naming, unique key or timestamp key starts a new state (the old one stays, unused).
+    """
+    shape = {
+        "version": 1,
+        "buckets": LAST_DATA_STATE_BUCKETS,
+        "naming": {k: str(v) for k, v in dataclasses.asdict(cfg.naming).items()},
+        "suffix": cfg.last_data_table_suffix,
+        "unique_key": cfg.last_data_unique_key,
+        "timestamp_key": cfg.last_data_timestamp_key,
+        "timestamp_format": cfg.timestamp_format,
+    }
+    digest = hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{cfg.dialect.value}-{digest}"
 
 
 def compact_after() -> int:
@@ -90,6 +110,10 @@ class LastDataState:
     cfg: SqlSinkConfig
     folder: str
 
+    @staticmethod
+    def of(lake: LakeResource, session: SparkSession, cfg: SqlSinkConfig) -> "LastDataState":
+        return LastDataState(lake, session, cfg, state_folder(cfg))
+
     def lock(self):  # noqa: ANN201 - a context manager
         return self.lake.exclusive(DELTAS_DATASET, subfolder=self.folder)
 
@@ -97,9 +121,8 @@ class LastDataState:
         """Write the run's records (``LAST_DATA_STATE`` rows of the ``touched`` buckets) as its delta;
         compact when due; the merged state of the run's keys. Call it under ``lock``."""
         cfg = self.cfg
-        empty = StateWrite(merge_last_data_state(records.limit(0), cfg), 0, 0, 0)
         if not touched:
-            return empty
+            return StateWrite(merge_last_data_state(records.limit(0), cfg), 0, 0, 0)
         self.lake.replace_folders(
             merge_last_data_state(records, cfg).withColumn(DELTA_COLUMN, F.lit(delta)),
             DELTAS_DATASET,
@@ -112,42 +135,41 @@ class LastDataState:
         if len(deltas) >= compact_after():
             buckets = self.compact(deltas)
             compacted, deltas = len(deltas), []
-        wanted = records.select(*[F.col(k).alias("_k_" + k) for k in keys_of(cfg)]).distinct()
-        parts = [
-            p
-            for p in (
-                self.lake.read_folders(
-                    self.session, STATE_DATASET, "bucket", touched, subfolder=self.folder, schema=LAST_DATA_STATE
-                ),
-                self._read_deltas(deltas, touched),
-            )
-            if p is not None
-        ]
-        if not parts:  # unreachable: the run's own delta was just written
+        stored = self.stored(touched, deltas)
+        if stored is None:  # unreachable: the run's own delta was just written
             raise RuntimeError(f"last-data state {self.folder}: neither base nor deltas after writing {delta}")
-        state = only_keys(reduce(DataFrame.unionByName, parts), wanted, cfg)
-        return StateWrite(merge_last_data_state(state, cfg), len(deltas), compacted, buckets)
+        wanted = records.select(*[F.col(k).alias("_k_" + k) for k in keys_of(cfg)]).distinct()
+        return StateWrite(merge_last_data_state(only_keys(stored, wanted, cfg), cfg), len(deltas), compacted, buckets)
 
-    def _read_deltas(self, deltas: Sequence[str], buckets: Sequence[int] | None = None) -> DataFrame | None:
-        df = self.lake.read_folders(
-            self.session, DELTAS_DATASET, DELTA_COLUMN, deltas, subfolder=self.folder, schema=_DELTA_SCHEMA
-        )
-        if df is None:
-            return None
-        if buckets is not None:
-            df = df.where(F.col("bucket").isin(list(buckets)))
-        return df.select(*LAST_DATA_STATE.fieldNames())
-
-    def compact(self, deltas: Sequence[str]) -> int:
-        """Fold ``deltas`` into the base buckets they touch, then remove them; the number of buckets."""
-        rows = self._read_deltas(deltas)
-        if rows is None:
-            return 0
-        buckets = sorted(int(r["bucket"]) for r in rows.select("bucket").distinct().collect())
+    def stored(self, buckets: Sequence[int] | None, deltas: Sequence[str]) -> DataFrame | None:
+        """The unmerged state rows of the base ``buckets`` (all for None) and of the ``deltas`` (their
+        rows of those buckets); None when there are none."""
         base = self.lake.read_folders(
             self.session, STATE_DATASET, "bucket", buckets, subfolder=self.folder, schema=LAST_DATA_STATE
         )
-        merged = merge_last_data_state(rows if base is None else base.unionByName(rows), self.cfg)
+        added = self.lake.read_folders(
+            self.session, DELTAS_DATASET, DELTA_COLUMN, deltas, subfolder=self.folder, schema=_DELTA_SCHEMA
+        )
+        if added is not None:
+            if buckets is not None:
+                added = added.where(F.col("bucket").isin(list(buckets)))
+            added = added.select(*LAST_DATA_STATE.fieldNames())
+        parts = [p for p in (base, added) if p is not None]
+        return reduce(DataFrame.unionByName, parts) if parts else None
+
+    def compact(self, deltas: Sequence[str]) -> int:
+        """Fold ``deltas`` into the base buckets they touch, then remove them; the number of buckets."""
+        added = self.lake.read_folders(
+            self.session, DELTAS_DATASET, DELTA_COLUMN, deltas, subfolder=self.folder, schema=_DELTA_SCHEMA
+        )
+        if added is None:
+            return 0
+        # At most LAST_DATA_STATE_BUCKETS rows.
+        buckets = sorted(int(r["bucket"]) for r in added.select("bucket").distinct().collect())
+        stored = self.stored(buckets, deltas)
+        if stored is None:  # unreachable: the deltas were just read
+            raise RuntimeError(f"last-data state {self.folder}: deltas {list(deltas)} vanished under the lock")
+        merged = merge_last_data_state(stored, self.cfg)
         self.lake.replace_folders(merged, STATE_DATASET, "bucket", buckets, subfolder=self.folder)
         self.lake.remove_folders(DELTAS_DATASET, DELTA_COLUMN, deltas, subfolder=self.folder)
         return len(buckets)

@@ -1,9 +1,6 @@
 """Historic tables and last-data tables in PostgreSQL and MySQL: thin shells around the transforms and the writer."""
 
 import contextlib
-import dataclasses
-import hashlib
-import json
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +18,7 @@ from dagster import (
 )
 from dagster._core.storage.tags import PRIORITY_TAG
 from dagster_pyspark import LazyPySparkResource
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from ngsi_assets.assets.ingest import events_of_run, ngsi_events
@@ -32,7 +29,6 @@ from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.sinks.sql_writer import HISTORIC, LAST_DATA, WriteJob, rows_by_table, write_dataframe
 from ngsi_assets.transforms.sql_sinks import (
     LAST_DATA_STATE,
-    LAST_DATA_STATE_BUCKETS,
     SQL_SINK_REJECTS,
     TS_FALLBACK,
     last_data_output,
@@ -60,26 +56,8 @@ def hour_ranges(partition_keys: Sequence[str]) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def state_folder(cfg: SqlSinkConfig) -> str:
-    """The ``last_data_state`` subfolder of a sink: its dialect and a fingerprint of what shapes the state.
-
-    A change of naming, unique key or timestamp key starts a new state (the old one stays, unused).
-    """
-    shape = {
-        "version": 1,
-        "buckets": LAST_DATA_STATE_BUCKETS,
-        "naming": {k: str(v) for k, v in dataclasses.asdict(cfg.naming).items()},
-        "suffix": cfg.last_data_table_suffix,
-        "unique_key": cfg.last_data_unique_key,
-        "timestamp_key": cfg.last_data_timestamp_key,
-        "timestamp_format": cfg.timestamp_format,
-    }
-    digest = hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
-    return f"{cfg.dialect.value}-{digest}"
-
-
 def _merge_last_data(
-    session: SparkSession, lake: LakeResource, events: DataFrame, cfg: SqlSinkConfig, delta: str
+    state: LastDataState, events: DataFrame, delta: str
 ) -> tuple[DataFrame, DataFrame, dict[str, Any], DataFrame]:
     """Merge the run's records into the stored state (as the run's delta, see ``last_data_state``); the
     touched keys' rows. Call it under the state's lock, and write the rows before leaving it.
@@ -88,6 +66,7 @@ def _merge_last_data(
     the same state (the merge is idempotent) and writes the same rows. The run's records come back
     persisted (the rows' keys are read from them): the caller unpersists them once the rows are written.
     """
+    cfg = state.cfg
     records, rejects = last_data_records(events, cfg)
     records = records.persist()
     per_bucket = (
@@ -96,7 +75,6 @@ def _merge_last_data(
         .collect()
     )
     touched = sorted(int(r["bucket"]) for r in per_bucket)
-    state = LastDataState(lake, session, cfg, state_folder(cfg))
     written = state.merge_in(records.select(*LAST_DATA_STATE.fieldNames()), touched, delta)
     return (
         last_data_output(written.state, cfg),
@@ -140,9 +118,10 @@ def _run_sink(
         with contextlib.ExitStack() as stack:
             if sink == LAST_DATA:
                 # The rows are read from the state's files: written before a compaction may remove them.
-                stack.enter_context(LastDataState(lake, session, cfg, state_folder(cfg)).lock())
+                state = LastDataState.of(lake, session, cfg)
+                stack.enter_context(state.lock())
                 delta = delta_id(keys, None if inc is None else inc.id)
-                rows, rejects, state_metadata, records = _merge_last_data(session, lake, events, cfg, delta)
+                rows, rejects, state_metadata, records = _merge_last_data(state, events, delta)
                 own.update({f"{cfg.dialect.value}_{k}": v for k, v in state_metadata.items()})
             else:
                 rows, rejects = sink_rows(events, cfg, sink)

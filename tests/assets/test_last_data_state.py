@@ -47,14 +47,9 @@ def _run(state: LastDataState, records: DataFrame, name: str) -> DataFrame:
 
 def _everything(state: LastDataState) -> DataFrame:
     """The whole state as a reader sees it: the base and every delta, merged."""
-    lake, spark = state.lake, state.session
-    parts = [
-        lake.read_folders(spark, STATE_DATASET, "bucket", None, subfolder=state.folder, schema=LAST_DATA_STATE),
-        state._read_deltas(lake.folder_values(DELTAS_DATASET, DELTA_COLUMN, state.folder)),
-    ]
-    present = [p for p in parts if p is not None]
-    union = present[0] if len(present) == 1 else present[0].unionByName(present[1])
-    return merge_last_data_state(union, CFG)
+    stored = state.stored(None, state.lake.folder_values(DELTAS_DATASET, DELTA_COLUMN, state.folder))
+    assert stored is not None
+    return merge_last_data_state(stored, CFG)
 
 
 def _key(row: tuple) -> tuple:
