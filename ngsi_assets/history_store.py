@@ -37,6 +37,7 @@ from ngsi_assets.ngsi.transactions import Action, tnx_of
 from ngsi_assets.sinks import history_pg
 from ngsi_assets.sinks.executors import on_each_partition
 from ngsi_assets.transforms.history_publication import feature_rows
+from ngsi_assets.transforms.partitioning import cluster_by
 from ngsi_assets.transforms.transaction_history import (
     BUCKET,
     CURRENT,
@@ -558,7 +559,7 @@ def publish(store: HistoryStore, url: str, schema: str, rows_per_partition: int 
             rows = store.history(space, [c.txn for c in commits]).where(F.col("i") > done)
             n = sum(c.last_i - max(c.first_i, done + 1) + 1 for c in commits)
             parts = max(1, min(64, -(-n // rows_per_partition)))
-            features = feature_rows(rows).repartition(parts, "id")
+            features = cluster_by(feature_rows(rows), "id", partitions=parts)
             stats = on_each_partition(  # one small dict per partition
                 features, lambda it, space=space: history_pg.publish_partition(it, url, schema, space)
             )

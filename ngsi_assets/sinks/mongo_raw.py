@@ -37,6 +37,7 @@ from ngsi_assets.sinks.mongo_bulk import (
     write_by_collection,
 )
 from ngsi_assets.transforms.mongo_raw import KIND_BOOLEAN, KIND_DATE, KIND_JSON, KIND_NULL, KIND_NUMBER
+from ngsi_assets.transforms.partitioning import cluster_by
 
 DUPLICATE_KEY = 11000
 NAMESPACE_EXISTS = 48
@@ -193,7 +194,7 @@ def write_raw(rows: DataFrame, url: str, config: MongoRawConfig) -> dict[tuple[s
     if config.capped:
         # A capped collection drops what was inserted first: one task per collection inserts its
         # documents oldest first, so the newest survive (as when Cygnus inserts them as they come).
-        ordered = rows.repartition("database", "collection").sortWithinPartitions(
+        ordered = cluster_by(rows, "database", "collection").sortWithinPartitions(
             "database", "collection", "recvTimeMs", "docId"
         )
     else:

@@ -678,15 +678,14 @@ def rows_by_table(stats: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 def write_dataframe(rows: Any, job: WriteJob, order: Sequence[str], partitions: int | None = None) -> list[dict]:
     """Write a Spark DataFrame of sink rows from the executors; returns the per-table stats.
 
-    Rows are repartitioned by (database, db, table) so a table is written by one task (one transaction), and
+    Rows are clustered by (database, db, table) so a table is written by one task (one transaction), and
     sorted by ``order`` (table, then key) inside each partition. Only the per-table stats, one small
     dict per table, come back to the driver.
     """
-    from pyspark.sql import functions as F
-
     from ngsi_assets.sinks.executors import on_each_partition
+    from ngsi_assets.transforms.partitioning import cluster_by
 
     n = partitions or int(rows.sparkSession.conf.get("spark.sql.shuffle.partitions"))
-    by_table = [F.col(c) for c in ("database", "db", "table") if c in rows.columns]
-    shaped = rows.repartition(n, *by_table).sortWithinPartitions(*[c for c in order if c in rows.columns])
+    by_table = [c for c in ("database", "db", "table") if c in rows.columns]
+    shaped = cluster_by(rows, *by_table, partitions=n).sortWithinPartitions(*[c for c in order if c in rows.columns])
     return on_each_partition(shaped, lambda part: write_rows(part, job))

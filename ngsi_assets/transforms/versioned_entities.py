@@ -72,6 +72,7 @@ from ngsi_assets.ngsi.versioning import (
     provenance_json,
 )
 from ngsi_assets.transforms.conversions import convert_value, typed_column
+from ngsi_assets.transforms.partitioning import cluster_by
 
 # Namespace of entity guids (uuid5 of "<entity>\n<key JSON>").
 GUID_NAMESPACE = uuid.UUID("6b1f0f3e-3c0a-5d7e-9a55-5e0d1f7c2a41")
@@ -916,7 +917,8 @@ def fold_versions(records: DataFrame, starts: DataFrame | None = None) -> DataFr
     if starts is not None:
         rows = rows.unionByName(starts.select(*FOLD_INPUT.fieldNames()))
     # A start sorts first in its key: every record given with it comes later.
-    ordered = rows.repartition("guid").sortWithinPartitions(
+    # Each key whole in one partition: a plain repartition("guid") can be lost (see ``cluster_by``).
+    ordered = cluster_by(rows, "guid").sortWithinPartitions(
         "entity", "guid", "effective_ts", "message_identifier", "record_seq", "op"
     )
     return with_known_columns(ordered, FOLD_INPUT).mapInArrow(_fold_batches, VERSIONS)

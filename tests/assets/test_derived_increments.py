@@ -376,7 +376,7 @@ def _folded_state(spark: SparkSession, lake: LakeResource, entity: str) -> str:
         rows = [] if frame is None else frame.collect()
         lines += [f"{ds}:", *(f"  {r.asDict()}" for r in rows)]
     for ds in ("message_store", "ngsi_events", LOG_DS):
-        lines.append(f"{ds}: {sorted(p.name for p in Path(lake.partition_uri(ds, HOUR_KEY)).glob('*'))}")
+        lines.append(f"{ds}: {lake.files().list_names(lake.partition_uri(ds, HOUR_KEY))}")
     return "\n".join(lines)
 
 
