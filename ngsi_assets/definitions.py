@@ -1,4 +1,4 @@
-"""The one wiring point: assets, checks, jobs, sensors and resources."""
+"""The one wiring point: assets, checks, jobs, sensors, schedules and resources."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from ngsi_assets.assets.sql_sinks import historic_tables, last_data
 from ngsi_assets.assets.sth import sth_aggregates
 from ngsi_assets.assets.transaction_history import transaction_history
 from ngsi_assets.assets.versioned_entities import versioned_entities
+from ngsi_assets.compaction import last_data_compaction_job, last_data_compaction_schedule
 from ngsi_assets.sensors import (
     derived_job,
     increment_job,
@@ -60,8 +61,9 @@ def build_definitions(resources: dict[str, object] | None = None) -> Definitions
             sth_aggregates,
             transaction_history,
         ],
-        jobs=[ingest_job, increment_job, derived_job, reprocess_job],
+        jobs=[ingest_job, increment_job, derived_job, reprocess_job, last_data_compaction_job],
         sensors=[landing_sensor, reprocessing_sensor],
+        schedules=[last_data_compaction_schedule],
         resources=build_resources() if resources is None else resources,
         # Every Spark asset of a run shares one process, hence one Spark session (starting one costs
         # several seconds); a backfill over many hours is one run (BackfillPolicy.single_run).

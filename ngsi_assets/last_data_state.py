@@ -14,8 +14,10 @@ or folded into the base and still present) changes nothing. So a run writes its 
 state of its keys from the base and every delta. It does not rewrite the base: before deltas, every
 increment rewrote each bucket it touched (with 50 cars, 35 of 64 folders per increment and sink).
 
-When ``compact_after`` deltas are there, the run folds them into the base buckets they touch and
-removes them. Killed in between, the next run folds them again, which changes nothing.
+The ``ngsi_last_data_compaction_job`` (``ngsi_assets.compaction``, on a schedule) folds the deltas
+into the base buckets they touch and removes them, outside the runs that bring new data. A run folds
+them itself only when ``compact_after`` deltas are there (the schedule stopped, or slower than the
+increments). Killed in between, the next compaction folds them again, which changes nothing.
 
 One run per state folder at a time (an exclusive lock; on object storage, the ``last_data`` Dagster
 pool at 1): a compaction removes deltas another run might be reading.
@@ -156,6 +158,12 @@ class LastDataState:
             added = added.select(*LAST_DATA_STATE.fieldNames())
         parts = [p for p in (base, added) if p is not None]
         return reduce(DataFrame.unionByName, parts) if parts else None
+
+    def compact_pending(self) -> tuple[int, int]:
+        """Fold every delta there is into the base (the scheduled compaction): (deltas, buckets) folded.
+        Call it under ``lock``."""
+        deltas = self.lake.folder_values(DELTAS_DATASET, DELTA_COLUMN, self.folder)
+        return (len(deltas), self.compact(deltas)) if deltas else (0, 0)
 
     def compact(self, deltas: Sequence[str]) -> int:
         """Fold ``deltas`` into the base buckets they touch, then remove them; the number of buckets."""
