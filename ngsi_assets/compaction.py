@@ -7,7 +7,8 @@ they touch, then removes them. It runs outside the runs that bring new data, so 
 keep last data fresh do not pay for it.
 
 - Schedule: ``NGSI_LAST_DATA_COMPACT_CRON`` (default every 5 minutes). A tick is skipped while a
-  compaction run is still queued or running, so compaction runs never pile up.
+  compaction run is still queued or running, so compaction runs never pile up. It is also skipped
+  when no sink keeps last data or no delta is waiting: no empty runs when traffic stops.
 - Lane: the derived lane (``ngsi/derived-lane``). Compaction waits for a derived run, never for an
   increment, and never takes a run slot from the increments. Against a ``last_data`` run it takes the
   state's lock: one of the two waits for the other.
@@ -37,7 +38,7 @@ from dagster import (
 from dagster._utils.schedules import is_valid_cron_string
 from dagster_pyspark import LazyPySparkResource
 
-from ngsi_assets.last_data_state import LastDataState
+from ngsi_assets.last_data_state import DELTA_COLUMN, DELTAS_DATASET, LastDataState, state_folder
 from ngsi_assets.sensors import DERIVED_LANE
 from resources.lake import LakeResource
 from resources.sql_sinks import SqlSinksResource
@@ -107,14 +108,37 @@ def open_compaction_runs(context: ScheduleEvaluationContext) -> int:
     return len(context.instance.get_run_ids(filters=RunsFilter(job_name=JOB_NAME, statuses=_OPEN), limit=1))
 
 
+def pending_deltas(lake: LakeResource, sql_sinks: SqlSinksResource) -> dict[str, int] | None:
+    """Per SQL sink keeping last data, how many deltas its state holds (a listing, nothing written);
+    None when no sink keeps last data."""
+    configs = [c for c in sql_sinks.configs().values() if c.last_data_enabled]
+    if not configs:
+        return None
+    files = lake.files()
+    return {
+        c.dialect.value: len(
+            files.list_partition_values(lake.folder_uri(DELTAS_DATASET, state_folder(c)), DELTA_COLUMN)
+        )
+        for c in configs
+    }
+
+
 @schedule(
     name="ngsi_last_data_compaction_schedule",
     job=last_data_compaction_job,
     cron_schedule=compact_cron(),
     default_status=DefaultScheduleStatus.RUNNING,
-    description="Runs the last-data state compaction; skips a tick while the previous one is queued or running.",
+    description="Runs the last-data state compaction when there are deltas; skips a tick while the previous "
+    "one is queued or running.",
 )
-def last_data_compaction_schedule(context: ScheduleEvaluationContext) -> RunRequest | SkipReason:
+def last_data_compaction_schedule(
+    context: ScheduleEvaluationContext, lake: LakeResource, sql_sinks: SqlSinksResource
+) -> RunRequest | SkipReason:
     if open_compaction_runs(context):
         return SkipReason("the previous compaction is still queued or running")
-    return RunRequest()
+    pending = pending_deltas(lake, sql_sinks)
+    if pending is None:
+        return SkipReason("no SQL sink keeps last data")
+    if not any(pending.values()):
+        return SkipReason("no last-data delta to compact")
+    return RunRequest(tags={f"ngsi/deltas-{d}": str(n) for d, n in sorted(pending.items())})

@@ -124,13 +124,30 @@ def test_without_a_last_data_sink_the_job_does_nothing(tmp_path: Path) -> None:
     assert result.output_for_node("compact_last_data_state") == {}
 
 
-def test_the_schedule_never_queues_a_second_compaction(tmp_path: Path) -> None:
+def _tick(instance: DagsterInstance, lake: LakeResource, sinks: SqlSinksResource = SINKS) -> RunRequest | SkipReason:
+    context = build_schedule_context(instance=instance, resources={"lake": lake, "sql_sinks": sinks})
+    return last_data_compaction_schedule(context)
+
+
+@pytest.mark.spark
+def test_the_schedule_asks_for_a_run_only_when_deltas_wait_and_never_queues_two(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(COMPACT_AFTER_ENV, "100")
+    lake = LakeResource(root=str(tmp_path / "lake"))
     with DagsterInstance.local_temp(str(tmp_path)) as instance:
-        assert isinstance(last_data_compaction_schedule(build_schedule_context(instance=instance)), RunRequest)
+        none = _tick(instance, lake, SqlSinksResource(sinks={}))
+        assert isinstance(none, SkipReason) and none.skip_message == "no SQL sink keeps last data"
+        idle = _tick(instance, lake)
+        assert isinstance(idle, SkipReason) and idle.skip_message == "no last-data delta to compact"
+        _with_deltas(spark, lake)
+        request = _tick(instance, lake)
+        assert isinstance(request, RunRequest)
+        assert request.tags == {"ngsi/deltas-postgresql": "3"}
         instance.create_run_for_job(job_def=last_data_compaction_job)  # not started yet: open
-        skipped = last_data_compaction_schedule(build_schedule_context(instance=instance))
+        skipped = _tick(instance, lake)
         assert isinstance(skipped, SkipReason)
-        assert "still queued or running" in (skipped.skip_message or "")
+        assert skipped.skip_message == "the previous compaction is still queued or running"
 
 
 def test_the_cron_comes_from_the_environment_and_a_bad_one_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
