@@ -34,6 +34,13 @@ BATCHES = [
 ]
 
 
+@pytest.fixture
+def lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LakeResource:
+    """An empty lake, with runs that never compact by themselves."""
+    monkeypatch.setenv(COMPACT_AFTER_ENV, "100")
+    return LakeResource(root=str(tmp_path / "lake"))
+
+
 def _state(spark: SparkSession, lake: LakeResource) -> LastDataState:
     return LastDataState.of(lake, spark, SINKS.configs()[Dialect.POSTGRESQL])
 
@@ -62,11 +69,7 @@ def _compact(lake: LakeResource, sinks: SqlSinksResource = SINKS) -> Any:
 
 
 @pytest.mark.spark
-def test_the_job_folds_every_delta_and_leaves_the_state_as_it_was(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(COMPACT_AFTER_ENV, "100")  # no run compacts by itself
-    lake = LakeResource(root=str(tmp_path / "lake"))
+def test_the_job_folds_every_delta_and_leaves_the_state_as_it_was(spark: SparkSession, lake: LakeResource) -> None:
     state = _with_deltas(spark, lake)
     assert _deltas(state) == ["ir0", "ir1", "ir2"]
     before = _merged(state)
@@ -94,10 +97,8 @@ def test_the_job_folds_every_delta_and_leaves_the_state_as_it_was(
 
 @pytest.mark.spark
 def test_a_compaction_killed_part_way_is_finished_by_the_next(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, lake: LakeResource, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(COMPACT_AFTER_ENV, "100")
-    lake = LakeResource(root=str(tmp_path / "lake"))
     state = _with_deltas(spark, lake)
     before = _merged(state)
 
@@ -117,8 +118,7 @@ def test_a_compaction_killed_part_way_is_finished_by_the_next(
     assert _merged(state) == before
 
 
-def test_without_a_last_data_sink_the_job_does_nothing(tmp_path: Path) -> None:
-    lake = LakeResource(root=str(tmp_path / "lake"))
+def test_without_a_last_data_sink_the_job_does_nothing(lake: LakeResource) -> None:
     result = _compact(lake, SqlSinksResource(sinks={}))
     assert result.success
     assert result.output_for_node("compact_last_data_state") == {}
@@ -131,10 +131,8 @@ def _tick(instance: DagsterInstance, lake: LakeResource, sinks: SqlSinksResource
 
 @pytest.mark.spark
 def test_the_schedule_asks_for_a_run_only_when_deltas_wait_and_never_queues_two(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, lake: LakeResource, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv(COMPACT_AFTER_ENV, "100")
-    lake = LakeResource(root=str(tmp_path / "lake"))
     with DagsterInstance.local_temp(str(tmp_path)) as instance:
         none = _tick(instance, lake, SqlSinksResource(sinks={}))
         assert isinstance(none, SkipReason) and none.skip_message == "no SQL sink keeps last data"
