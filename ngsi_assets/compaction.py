@@ -24,7 +24,6 @@ import os
 from dagster import (
     AssetKey,
     AssetObservation,
-    DagsterRunStatus,
     DefaultScheduleStatus,
     OpExecutionContext,
     RunRequest,
@@ -39,20 +38,14 @@ from dagster._utils.schedules import is_valid_cron_string
 from dagster_pyspark import LazyPySparkResource
 
 from ngsi_assets.last_data_state import DELTA_COLUMN, DELTAS_DATASET, LastDataState, state_folder
-from ngsi_assets.sensors import DERIVED_LANE
+from ngsi_assets.ngsi.sql_config import SqlSinkConfig
+from ngsi_assets.sensors import DERIVED_LANE, OPEN_RUN_STATUSES
 from resources.lake import LakeResource
 from resources.sql_sinks import SqlSinksResource
 
 COMPACT_CRON_ENV = "NGSI_LAST_DATA_COMPACT_CRON"
 COMPACT_CRON_DEFAULT = "*/5 * * * *"
 JOB_NAME = "ngsi_last_data_compaction_job"
-_OPEN = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-    DagsterRunStatus.CANCELING,
-]
 
 
 def compact_cron() -> str:
@@ -63,17 +56,23 @@ def compact_cron() -> str:
     return value
 
 
+def last_data_sinks(sql_sinks: SqlSinksResource) -> list[SqlSinkConfig]:
+    """The configured SQL sinks that keep last data, by dialect."""
+    return sorted((c for c in sql_sinks.configs().values() if c.last_data_enabled), key=lambda c: c.dialect.value)
+
+
 @op(description="Fold the deltas of each SQL sink's last-data state into its base buckets, then remove them.")
 def compact_last_data_state(
     context: OpExecutionContext, spark: LazyPySparkResource, lake: LakeResource, sql_sinks: SqlSinksResource
 ) -> dict[str, dict[str, int]]:
-    configs = {d: c for d, c in sql_sinks.configs().items() if c.last_data_enabled}
+    configs = last_data_sinks(sql_sinks)
     if not configs:
         context.log.info("no SQL sink keeps last data: nothing to compact")
         return {}
     session = spark.spark_session
     done: dict[str, dict[str, int]] = {}
-    for dialect, cfg in sorted(configs.items(), key=lambda kv: kv[0].value):
+    for cfg in configs:
+        dialect = cfg.dialect
         state = LastDataState.of(lake, session, cfg)
         with state.lock():
             deltas, buckets = state.compact_pending()
@@ -105,13 +104,13 @@ def last_data_compaction_job() -> None:
 
 
 def open_compaction_runs(context: ScheduleEvaluationContext) -> int:
-    return len(context.instance.get_run_ids(filters=RunsFilter(job_name=JOB_NAME, statuses=_OPEN), limit=1))
+    return len(context.instance.get_run_ids(filters=RunsFilter(job_name=JOB_NAME, statuses=OPEN_RUN_STATUSES), limit=1))
 
 
 def pending_deltas(lake: LakeResource, sql_sinks: SqlSinksResource) -> dict[str, int] | None:
     """Per SQL sink keeping last data, how many deltas its state holds (a listing, nothing written);
     None when no sink keeps last data."""
-    configs = [c for c in sql_sinks.configs().values() if c.last_data_enabled]
+    configs = last_data_sinks(sql_sinks)
     if not configs:
         return None
     files = lake.files()

@@ -337,6 +337,8 @@ def landing_sensor(context: SensorEvaluationContext, landing: LandingZoneResourc
 
 # Runs that exist but have not begun executing steps.
 _WAITING_RUN_STATUSES = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING]
+# Runs that are not finished: waiting, executing or being canceled.
+OPEN_RUN_STATUSES = [*_WAITING_RUN_STATUSES, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 PARTITION_TAG = "dagster/partition"
 _OPEN_RUNS_LIMIT = 1000
 # Failed runs older than this are not repaired by the sensor any more (the UI still shows them).
@@ -346,7 +348,7 @@ REPAIR_WINDOW = timedelta(days=2)
 def open_landing_runs(instance: DagsterInstance) -> OpenRuns:
     """The landing sensor's unfinished runs, by lane."""
     runs = instance.get_runs(
-        filters=RunsFilter(statuses=[*_WAITING_RUN_STATUSES, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]),
+        filters=RunsFilter(statuses=OPEN_RUN_STATUSES),
         limit=_OPEN_RUNS_LIMIT,
     )
     ingest = [r for r in runs if INGEST_LANE in r.tags]

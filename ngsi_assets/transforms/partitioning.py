@@ -16,15 +16,10 @@ is keyed on that expression, so the exchange is never judged redundant. An excha
 for is never read locally or split for skew, only coalesced, and coalescing keeps keys together.
 """
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 _SALT = "ngsi-cluster-by"
-
-
-def cluster_key(*columns: str) -> Column:
-    """The expression ``cluster_by`` partitions on."""
-    return F.xxhash64(F.lit(_SALT), *[F.col(c) for c in columns])
 
 
 def cluster_by(df: DataFrame, *columns: str, partitions: int | None = None) -> DataFrame:
@@ -32,5 +27,5 @@ def cluster_by(df: DataFrame, *columns: str, partitions: int | None = None) -> D
     session's shuffle partitions, which adaptive execution may coalesce)."""
     if not columns:
         raise ValueError("cluster_by needs at least one column")
-    key = cluster_key(*columns)
+    key = F.xxhash64(F.lit(_SALT), *[F.col(c) for c in columns])
     return df.repartition(partitions, key) if partitions else df.repartition(key)
