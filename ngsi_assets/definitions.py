@@ -13,6 +13,8 @@ from ngsi_assets.assets.transaction_history import transaction_history
 from ngsi_assets.assets.versioned_entities import versioned_entities
 from ngsi_assets.compaction import last_data_compaction_job, last_data_compaction_schedule
 from ngsi_assets.sensors import (
+    DERIVED_LANE,
+    INGEST_LANE,
     derived_job,
     increment_job,
     ingest_job,
@@ -24,7 +26,7 @@ from resources.history import TransactionHistoryResource
 from resources.lake import LakeResource
 from resources.landing import LandingZoneResource
 from resources.mongo_raw import MongoRawSinkResource
-from resources.spark import spark_resource
+from resources.spark import BACKGROUND_POOL, FRESH_POOL, spark_resource
 from resources.sql_sinks import SqlSinksResource
 from resources.sth_mongo import STHSinkResource
 from resources.versioning import VersioningResource
@@ -33,7 +35,9 @@ from resources.versioning import VersioningResource
 def build_resources() -> dict[str, object]:
     """The resources for this environment (embedded default unless the NGSI_* variables say so)."""
     return {
-        "spark": spark_resource(),
+        # On a shared Spark Connect server, the increments' jobs go first (a whole-hour run carries both
+        # lane tags: it brings last data too); the derived lane gets the cores they leave.
+        "spark": spark_resource(pools_by_tag={INGEST_LANE: FRESH_POOL, DERIVED_LANE: BACKGROUND_POOL}),
         "lake": LakeResource(root=settings.lake_root()),
         "landing": LandingZoneResource(root=settings.landing_root()),
         # Off unless NGSI_POSTGRES_URL / NGSI_MYSQL_URL / NGSI_SQL_SINKS_CONFIG say otherwise.

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from resources.spark import driver_config, sql_config
+from resources.spark import driver_config, scheduler_config, sql_config
 
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -74,12 +74,14 @@ def connect_server_command(
 
     Its driver gets the platform's settings (UTC, ANSI, memory, the JDBC jars), and runs its work on
     ``master`` (``local[*]`` in the server's process, or a cluster's ``spark://...``). The clients'
-    sessions set their own SQL settings too, so two platforms can share one server.
+    sessions set their own SQL settings too, so two platforms can share one server. Jobs are
+    scheduled FAIR over the platform's pools, so an increment's jobs need not wait for a derived run's.
     """
     conf = {
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
         **driver_config(driver_memory),
+        **scheduler_config(),
         **sql_config(),
         **(extra_conf or {}),
     }

@@ -16,11 +16,14 @@ import secrets
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dagster import InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 from dagster_pyspark.resources import spark_session_from_config
+from pydantic import PrivateAttr
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +69,20 @@ def driver_config(driver_memory: str | None = None, *, ui: bool | None = None) -
     if jars:
         conf["spark.jars"] = ",".join(jars)
     return conf
+
+
+# Spark's FAIR scheduler on a server that runs several Dagster runs' jobs at once (a Connect server):
+# each run's jobs go to a pool named by its tags, and the pools file gives the increments (freshness)
+# the first free core. Classic FIFO would run a derived run's earlier job whole before them.
+SCHEDULER_POOL = "spark.scheduler.pool"
+POOLS_FILE = Path(__file__).with_name("spark_pools.xml")
+FRESH_POOL = "ngsi-fresh"
+BACKGROUND_POOL = "ngsi-background"
+
+
+def scheduler_config() -> dict[str, str]:
+    """The settings of a driver shared by several runs: FAIR scheduling over the platform's pools."""
+    return {"spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": POOLS_FILE.as_uri()}
 
 
 def default_spark_config(
@@ -157,16 +174,32 @@ class PlatformSparkResource(LazyPySparkResource):
     ``NGSI_SPARK_SHARED_SESSION=0`` gives every run a session of its own. A shared session the server
     has closed (released by a client, or expired early by a shorter server timeout) is replaced by a
     session of the run's own, so a run never fails for it.
+
+    ``pools_by_tag``: run tag -> the server's scheduler pool for the run's jobs (the first tag the run
+    carries wins; none: the server's default pool). Runs of different pools get different shared
+    sessions, since the pool is a setting of the session.
     """
+
+    pools_by_tag: dict[str, str] = {}
+    _pool: str | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        run = context.dagster_run
+        self._pool = pool_for_tags(self.pools_by_tag, run.tags if run is not None else {})
 
     def _init_session(self) -> None:
         if self._spark_session is not None:
             return
         remote = self.spark_config.get("spark.remote")
-        if not remote or os.environ.get("NGSI_SPARK_SHARED_SESSION", "1") == "0":
+        if not remote:  # a driver of the run's own: its jobs are the only ones, no pool to pick
             super()._init_session()
             return
         conf = {k: str(v) for k, v in self.spark_config.items() if k != "spark.remote"}
+        if self._pool:
+            conf[SCHEDULER_POOL] = self._pool
+        if os.environ.get("NGSI_SPARK_SHARED_SESSION", "1") == "0":
+            self._spark_session = spark_session_from_config({"spark.remote": remote, **conf})
+            return
         shared = shared_session_url(str(remote), conf)
         if not unique_plan_ids():  # a pyspark without the counter: sharing is safe with the cache off
             conf[PLAN_CACHE] = "false"
@@ -187,6 +220,11 @@ class PlatformSparkResource(LazyPySparkResource):
             self._spark_session = spark_session_from_config({"spark.remote": remote, **conf})
 
 
-def spark_resource(**overrides: Any) -> LazyPySparkResource:
+def pool_for_tags(pools_by_tag: Mapping[str, str], tags: Mapping[str, str]) -> str | None:
+    """The pool of the first tag in ``pools_by_tag`` that ``tags`` carry, else None (the default pool)."""
+    return next((pool for tag, pool in pools_by_tag.items() if tag in tags), None)
+
+
+def spark_resource(pools_by_tag: Mapping[str, str] | None = None, **overrides: Any) -> LazyPySparkResource:
     """The platform's Spark resource: the session starts (or connects) on first use, then is reused."""
-    return PlatformSparkResource(spark_config=default_spark_config(**overrides))
+    return PlatformSparkResource(spark_config=default_spark_config(**overrides), pools_by_tag=dict(pools_by_tag or {}))

@@ -5,10 +5,6 @@ Each check runs the platform's Spark resource in fresh processes, as Dagster run
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,9 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from resources.spark import SHARED_SESSION_S, shared_session_url
+from tests.support.snippets import run_snippet
 from tests.support.spark_servers import connect_url  # noqa: F401 (fixture)
-
-REPO = Path(__file__).resolve().parents[2]
 
 # A run's read of a lake folder, then a write into it; prints its session id and what it read.
 RUN = """
@@ -41,18 +36,8 @@ if release:
 
 
 def run(url: str, folder: Path, *, release: bool = False, shared: bool = True, raw: bool = False) -> dict:
-    env = {**os.environ, "NGSI_SPARK_REMOTE": url, "NGSI_SPARK_SHARED_SESSION": "1" if shared else "0"}
-    env["PYTHONPATH"] = str(REPO)
-    out = subprocess.run(
-        [sys.executable, "-c", RUN, str(folder), "release" if release else "keep", "raw" if raw else "platform"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    env = {"NGSI_SPARK_REMOTE": url, "NGSI_SPARK_SHARED_SESSION": "1" if shared else "0"}
+    return run_snippet(RUN, str(folder), "release" if release else "keep", "raw" if raw else "platform", env=env)
 
 
 def folder_with_one_file(path: Path) -> Path:
