@@ -227,13 +227,30 @@ def runs_summary(home: Path) -> list[tuple[str, float, str]]:
     return out
 
 
+def steps_median(home: Path, run_ids: list[str]) -> dict[str, float]:
+    """The runs' median seconds per step (over the runs that have the step)."""
+    steps: dict[str, list[float]] = {}
+    for run_id in run_ids:
+        for step, seconds in step_seconds(home, run_id).items():
+            steps.setdefault(step, []).append(seconds)
+    return {k: round(statistics.median(v), 1) for k, v in steps.items()}
+
+
+def increment_steps(home: Path) -> dict[str, float]:
+    """The increments' median seconds per step: where an increment's share of freshness goes."""
+    from dagster import DagsterInstance, RunsFilter
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        run_ids = [r.dagster_run.run_id for r in instance.get_run_records(RunsFilter(job_name="ngsi_increment_job"))]
+    return steps_median(home, run_ids)
+
+
 def derived_runs_detail(home: Path) -> dict[str, Any]:
     """The derived runs' median seconds per step, how each asset that says so (``folded`` metadata)
     folded (how many runs folded the hour whole, new increments only, or nothing new), and how many
     keys ``versioned_entities`` folded on from their latest version."""
     from dagster import DagsterEventType, DagsterInstance, RunsFilter
 
-    steps: dict[str, list[float]] = {}
     folds: dict[str, dict[str, int]] = {}
     from_latest = 0
     with DagsterInstance.from_config(str(home)) as instance:
@@ -249,11 +266,8 @@ def derived_runs_detail(home: Path) -> dict[str, Any]:
                     per_kind[kind] = per_kind.get(kind, 0) + 1
                 latest = materialization.metadata.get("keys_folded_from_latest_version")
                 from_latest += int(latest.value) if latest is not None else 0
-    for run_id in run_ids:
-        for step, seconds in step_seconds(home, run_id).items():
-            steps.setdefault(step, []).append(seconds)
     return {
-        "steps_median_s": {k: round(statistics.median(v), 1) for k, v in steps.items()},
+        "steps_median_s": steps_median(home, run_ids),
         "folds": folds,
         "keys_from_latest_version": from_latest,
     }
@@ -428,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
             "caught_up_after_traffic_s": round(drain_s) if drained else None,
             "completeness": complete,
             "derived": derived_runs_detail(home),
+            "increment_steps_median_s": increment_steps(home),
         }
         print(json.dumps(result, indent=2), flush=True)
         if args.write_results:
@@ -493,6 +508,18 @@ def render(r: dict[str, Any]) -> str:
                 + f"; keys folded on from their latest version: {r['derived'].get('keys_from_latest_version', 0)}.",
             ]
             if r.get("derived")
+            else []
+        ),
+        *(
+            [
+                "",
+                "Increments, median seconds per step: "
+                + ", ".join(
+                    f"{k} {v:.1f}" for k, v in sorted(r["increment_steps_median_s"].items(), key=lambda kv: -kv[1])
+                )
+                + ".",
+            ]
+            if r.get("increment_steps_median_s")
             else []
         ),
         "",
