@@ -245,6 +245,26 @@ def increment_steps(home: Path) -> dict[str, float]:
     return steps_median(home, run_ids)
 
 
+def landing_ticks(home: Path) -> dict[str, Any]:
+    """How often the daemon evaluated the landing sensor: its ticks, the mean gap between them, and
+    how many gaps were longer than one daemon loop (5 s) and a half."""
+    from dagster import DagsterInstance
+    from dagster._core.scheduler.instigation import InstigatorType
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        for state in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR):
+            if state.name == "landing_sensor":
+                ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=100_000)
+                times = sorted(t.timestamp for t in ticks)
+                gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+                return {
+                    "ticks": len(times),
+                    "mean_gap_s": round(statistics.mean(gaps), 2) if gaps else None,
+                    "gaps_over_7_5s": sum(g > 7.5 for g in gaps),
+                }
+    return {}
+
+
 def derived_runs_detail(home: Path) -> dict[str, Any]:
     """The derived runs' median seconds per step, how each asset that says so (``folded`` metadata)
     folded (how many runs folded the hour whole, new increments only, or nothing new), and how many
@@ -443,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
             "completeness": complete,
             "derived": derived_runs_detail(home),
             "increment_steps_median_s": increment_steps(home),
+            "landing_ticks": landing_ticks(home),
         }
         print(json.dumps(result, indent=2), flush=True)
         if args.write_results:
@@ -520,6 +541,16 @@ def render(r: dict[str, Any]) -> str:
                 + ".",
             ]
             if r.get("increment_steps_median_s")
+            else []
+        ),
+        *(
+            [
+                "",
+                f"Landing sensor: {r['landing_ticks']['ticks']} ticks, one every "
+                f"{fmt(r['landing_ticks']['mean_gap_s'])} s on average, "
+                f"{r['landing_ticks']['gaps_over_7_5s']} gaps over 7.5 s (a daemon loop is 5 s).",
+            ]
+            if r.get("landing_ticks")
             else []
         ),
         "",

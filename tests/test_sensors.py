@@ -419,3 +419,26 @@ def test_derived_runs_fold_new_increments_at_the_configured_width_and_bad_widths
             ContinuousSettings.from_env({"NGSI_DERIVED_SIDE_BY_SIDE": bad})
         with pytest.raises(ValueError, match=f"run tag {SIDE_BY_SIDE_TAG}={bad!r}"):
             side_by_side_width({SIDE_BY_SIDE_TAG: bad}, 4)
+
+
+def test_the_daemon_evaluates_the_landing_sensor_on_every_loop() -> None:
+    """The daemon loops every MIN_INTERVAL_LOOP_TIME (5 s) and skips a sensor whose previous tick started
+    less than its minimum interval ago. Loops drift by milliseconds: with a 5 s interval, a loop that
+    came 4.99 s after the previous tick skipped it, and the increment's request waited 10 s."""
+    from types import SimpleNamespace
+
+    from dagster._core.definitions.sensor_definition import SensorType
+    from dagster._core.scheduler.instigation import SensorInstigatorData
+    from dagster._daemon.sensor import MIN_INTERVAL_LOOP_TIME, is_under_min_interval
+    from dagster._time import get_current_timestamp
+
+    from ngsi_assets.sensors import landing_sensor
+
+    def skipped(seconds_since_last_tick: float) -> bool:
+        started = get_current_timestamp() - seconds_since_last_tick
+        data = SensorInstigatorData(last_tick_start_timestamp=started, sensor_type=SensorType.STANDARD)
+        sensor = SimpleNamespace(min_interval_seconds=landing_sensor.minimum_interval_seconds)
+        return is_under_min_interval(SimpleNamespace(instigator_data=data), sensor)  # type: ignore[arg-type]
+
+    assert not skipped(MIN_INTERVAL_LOOP_TIME - 0.05)
+    assert not skipped(MIN_INTERVAL_LOOP_TIME - 1.5)  # a loop that ran long, then a short sleep
