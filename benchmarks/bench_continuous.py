@@ -236,13 +236,12 @@ def steps_median(home: Path, run_ids: list[str]) -> dict[str, float]:
     return {k: round(statistics.median(v), 1) for k, v in steps.items()}
 
 
-def increment_steps(home: Path) -> dict[str, float]:
-    """The increments' median seconds per step: where an increment's share of freshness goes."""
+def job_run_ids(home: Path, job_name: str) -> list[str]:
+    """The ids of every run of ``job_name``."""
     from dagster import DagsterInstance, RunsFilter
 
     with DagsterInstance.from_config(str(home)) as instance:
-        run_ids = [r.dagster_run.run_id for r in instance.get_run_records(RunsFilter(job_name="ngsi_increment_job"))]
-    return steps_median(home, run_ids)
+        return [r.dagster_run.run_id for r in instance.get_run_records(RunsFilter(job_name=job_name))]
 
 
 def landing_ticks(home: Path) -> dict[str, Any]:
@@ -269,12 +268,12 @@ def derived_runs_detail(home: Path) -> dict[str, Any]:
     """The derived runs' median seconds per step, how each asset that says so (``folded`` metadata)
     folded (how many runs folded the hour whole, new increments only, or nothing new), and how many
     keys ``versioned_entities`` folded on from their latest version."""
-    from dagster import DagsterEventType, DagsterInstance, RunsFilter
+    from dagster import DagsterEventType, DagsterInstance
 
     folds: dict[str, dict[str, int]] = {}
     from_latest = 0
+    run_ids = job_run_ids(home, "ngsi_derived_job")
     with DagsterInstance.from_config(str(home)) as instance:
-        run_ids = [r.dagster_run.run_id for r in instance.get_run_records(RunsFilter(job_name="ngsi_derived_job"))]
         for run_id in run_ids:
             for record in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION):
                 materialization = record.dagster_event.event_specific_data.materialization
@@ -462,7 +461,8 @@ def main(argv: list[str] | None = None) -> int:
             "caught_up_after_traffic_s": round(drain_s) if drained else None,
             "completeness": complete,
             "derived": derived_runs_detail(home),
-            "increment_steps_median_s": increment_steps(home),
+            # Where an increment's share of freshness goes.
+            "increment_steps_median_s": steps_median(home, job_run_ids(home, "ngsi_increment_job")),
             "landing_ticks": landing_ticks(home),
         }
         print(json.dumps(result, indent=2), flush=True)
