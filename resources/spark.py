@@ -18,12 +18,15 @@ import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dagster import InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 from dagster_pyspark.resources import spark_session_from_config
 from pydantic import PrivateAttr
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger(__name__)
 
@@ -228,3 +231,28 @@ def pool_for_tags(pools_by_tag: Mapping[str, str], tags: Mapping[str, str]) -> s
 def spark_resource(pools_by_tag: Mapping[str, str] | None = None, **overrides: Any) -> LazyPySparkResource:
     """The platform's Spark resource: the session starts (or connects) on first use, then is reused."""
     return PlatformSparkResource(spark_config=default_spark_config(**overrides), pools_by_tag=dict(pools_by_tag or {}))
+
+
+def computed_once(*frames: DataFrame) -> tuple[DataFrame, ...]:
+    """``frames`` computed now, together in one Spark job, and kept where they ran (``localCheckpoint``).
+
+    For a run's small frames read by several later jobs (a count, a write, a check). ``persist`` keeps
+    the rows but not the plan: each later job sends the whole plan again, and through Spark Connect
+    the server analyses and optimises it every time (with the SQL sinks' naming UDFs, about a second
+    a job on two cores, whatever the rows). Plans over the kept rows are a reference to them. One job
+    for all frames also runs what they share (the naming of the records and of the rejects) once.
+
+    The rows live on the executors that computed them, in memory spilling to disk, until the
+    returned frames are garbage collected: an executor lost in between fails the run, which the
+    next run repeats (``persist`` would recompute them). Keep it for frames that follow a run's new
+    data, never a whole history.
+    """
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    if not frames:
+        return ()
+    tagged = [f.select(F.lit(i).alias("_frame"), F.struct(F.col("*")).alias(f"_f{i}")) for i, f in enumerate(frames)]
+    kept = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged).localCheckpoint()
+    return tuple(kept.where(F.col("_frame") == i).select(f"_f{i}.*") for i in range(len(frames)))

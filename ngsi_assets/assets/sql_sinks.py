@@ -37,6 +37,7 @@ from ngsi_assets.transforms.sql_sinks import (
     writer_order,
 )
 from resources.lake import LakeResource, key_to_dt
+from resources.spark import computed_once
 from resources.sql_sinks import SqlSinksResource
 
 GROUP = "sql_sinks"
@@ -58,17 +59,16 @@ def hour_ranges(partition_keys: Sequence[str]) -> tuple[tuple[int, int], ...]:
 
 def _merge_last_data(
     state: LastDataState, events: DataFrame, delta: str
-) -> tuple[DataFrame, DataFrame, dict[str, Any], DataFrame]:
+) -> tuple[DataFrame, DataFrame, dict[str, Any]]:
     """Merge the run's records into the stored state (as the run's delta, see ``last_data_state``); the
-    touched keys' rows. Call it under the state's lock, and write the rows before leaving it.
+    touched keys' rows and the rejects, both computed (``computed_once``). Call it under the state's lock.
 
     The state is written before any row reaches the server, so a run killed after it is rerun from
-    the same state (the merge is idempotent) and writes the same rows. The run's records come back
-    persisted (the rows' keys are read from them): the caller unpersists them once the rows are written.
+    the same state (the merge is idempotent) and writes the same rows. The rows are computed under
+    the lock, before a compaction may remove the deltas they were read from.
     """
     cfg = state.cfg
-    records, rejects = last_data_records(events, cfg)
-    records = records.persist()
+    records, rejects = computed_once(*last_data_records(events, cfg))
     per_bucket = (
         records.groupBy("bucket")
         .agg(F.count("*").alias("n"), F.sum(F.col(TS_FALLBACK).cast("int")).alias("fallbacks"))
@@ -88,7 +88,6 @@ def _merge_last_data(
             "state_buckets_compacted": written.buckets_compacted,
             "state_folder": state.folder,
         },
-        records,
     )
 
 
@@ -114,18 +113,15 @@ def _run_sink(
         cfg: SqlSinkConfig,
     ) -> tuple[SqlSinkConfig, DataFrame, list[dict], DataFrame, dict[str, Any], dict[str, int]]:
         own: dict[str, Any] = {}
-        records: DataFrame | None = None
         with contextlib.ExitStack() as stack:
             if sink == LAST_DATA:
-                # The rows are read from the state's files: written before a compaction may remove them.
                 state = LastDataState.of(lake, session, cfg)
                 stack.enter_context(state.lock())
                 delta = delta_id(keys, None if inc is None else inc.id)
-                rows, rejects, state_metadata, records = _merge_last_data(state, events, delta)
+                rows, rejects, state_metadata = _merge_last_data(state, events, delta)
                 own.update({f"{cfg.dialect.value}_{k}": v for k, v in state_metadata.items()})
             else:
-                rows, rejects = sink_rows(events, cfg, sink)
-            rows = rows.persist()
+                rows, rejects = computed_once(*sink_rows(events, cfg, sink))
             job = WriteJob(
                 config=cfg,
                 connect_kwargs=SqlSinksResource.connect_kwargs(cfg),
@@ -135,11 +131,9 @@ def _run_sink(
                 increment=None if inc is None else inc.id,
             )
             stats = write_dataframe(rows, job, writer_order(cfg, sink))
-        if records is not None:
-            records.unpersist()
         own[f"{cfg.dialect.value}_rows_by_table"] = MetadataValue.json(rows_by_table(stats))
         own[f"{cfg.dialect.value}_rows"] = sum(s["rows"] for s in stats)
-        # Counted here, beside the other dialect's jobs, rather than after both (0.6 s a run).
+        # Counted here, beside the other dialect's jobs, rather than after both.
         counted = {
             f"{cfg.dialect.value}: {r['reason']}": int(r["count"])
             for r in rejects.groupBy("reason").count().limit(50).collect()
@@ -208,8 +202,6 @@ def historic_tables(
         )
     shaped = {c.dialect.value: rows.count() for c, rows, _ in results}
     written = {c.dialect.value: sum(s["rows"] for s in stats) for c, _, stats in results}
-    for _, rows, _ in results:
-        rows.unpersist()
     return MaterializeResult(
         metadata=metadata,
         check_results=[
@@ -319,7 +311,6 @@ def last_data(
                     mismatches.append(f"{cfg.dialect.value} {key}: stored {got[1]} != newest event {want}")
             elif str(got[0]) < r["recvTime"]:
                 mismatches.append(f"{cfg.dialect.value} {key}: stored recvTime {got[0]} older than {r['recvTime']}")
-        rows.unpersist()
     return MaterializeResult(
         metadata=metadata,
         check_results=[
