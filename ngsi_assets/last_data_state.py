@@ -38,12 +38,14 @@ from pyspark.sql.types import StringType, StructField, StructType
 from ngsi_assets.ngsi.sql_config import SqlSinkConfig
 from ngsi_assets.transforms.sql_sinks import LAST_DATA_STATE, LAST_DATA_STATE_BUCKETS, merge_last_data_state
 from resources.lake import LakeResource
+from resources.spark import computed_once
 
 STATE_DATASET = "last_data_state"
 DELTAS_DATASET = "last_data_state_deltas"
 DELTA_COLUMN = "delta"
 COMPACT_AFTER_ENV = "NGSI_LAST_DATA_COMPACT_AFTER"
 COMPACT_AFTER_DEFAULT = 16
+_OWN = "_own"
 _DELTA_SCHEMA = StructType([*LAST_DATA_STATE.fields, StructField(DELTA_COLUMN, StringType())])
 
 
@@ -85,16 +87,6 @@ def delta_id(partition_keys: Sequence[str], increment_id: str | None) -> str:
     return "h" + hashlib.sha256(",".join(sorted(partition_keys)).encode()).hexdigest()[:20]
 
 
-def keys_of(cfg: SqlSinkConfig) -> list[str]:
-    return ["database", "db", "table", *cfg.last_data_unique_key]
-
-
-def only_keys(state: DataFrame, wanted: DataFrame, cfg: SqlSinkConfig) -> DataFrame:
-    """The rows of ``state`` whose key is in ``wanted`` (key columns prefixed ``_k_``; keys may be null)."""
-    keys = keys_of(cfg)
-    return state.join(wanted, [state[k].eqNullSafe(wanted["_k_" + k]) for k in keys], "left_semi")
-
-
 @dataclass(frozen=True)
 class StateWrite:
     """What a run did to the state: its keys' merged state, and the numbers for the metadata."""
@@ -121,7 +113,12 @@ class LastDataState:
 
     def merge_in(self, records: DataFrame, touched: Sequence[int], delta: str) -> StateWrite:
         """Write the run's records (``LAST_DATA_STATE`` rows of the ``touched`` buckets) as its delta;
-        compact when due; the merged state of the run's keys. Call it under ``lock``."""
+        the merged state of the run's keys, computed (``computed_once``); then compact when due. Call
+        it under ``lock``.
+
+        The stored rows of the touched buckets are merged in one aggregation that keeps the keys the
+        run's own delta holds. They are computed before a compaction folds that delta away.
+        """
         cfg = self.cfg
         if not touched:
             return StateWrite(merge_last_data_state(records.limit(0), cfg), 0, 0, 0)
@@ -133,29 +130,33 @@ class LastDataState:
             subfolder=self.folder,
         )
         deltas = self.lake.folder_values(DELTAS_DATASET, DELTA_COLUMN, self.folder)
+        stored = self.stored(touched, deltas, flag=delta)
+        if stored is None:  # unreachable: the run's own delta was just written
+            raise RuntimeError(f"last-data state {self.folder}: neither base nor deltas after writing {delta}")
+        (merged,) = computed_once(merge_last_data_state(stored, cfg, wanted=F.col(_OWN)))
         compacted = buckets = 0
         if len(deltas) >= compact_after():
             buckets = self.compact(deltas)
             compacted, deltas = len(deltas), []
-        stored = self.stored(touched, deltas)
-        if stored is None:  # unreachable: the run's own delta was just written
-            raise RuntimeError(f"last-data state {self.folder}: neither base nor deltas after writing {delta}")
-        wanted = records.select(*[F.col(k).alias("_k_" + k) for k in keys_of(cfg)]).distinct()
-        return StateWrite(merge_last_data_state(only_keys(stored, wanted, cfg), cfg), len(deltas), compacted, buckets)
+        return StateWrite(merged, len(deltas), compacted, buckets)
 
-    def stored(self, buckets: Sequence[int] | None, deltas: Sequence[str]) -> DataFrame | None:
+    def stored(self, buckets: Sequence[int] | None, deltas: Sequence[str], flag: str | None = None) -> DataFrame | None:
         """The unmerged state rows of the base ``buckets`` (all for None) and of the ``deltas`` (their
-        rows of those buckets); None when there are none."""
+        rows of those buckets); None when there are none. With ``flag`` (a delta), a boolean column
+        ``_own`` says which rows are that delta's."""
         base = self.lake.read_folders(
             self.session, STATE_DATASET, "bucket", buckets, subfolder=self.folder, schema=LAST_DATA_STATE
         )
         added = self.lake.read_folders(
             self.session, DELTAS_DATASET, DELTA_COLUMN, deltas, subfolder=self.folder, schema=_DELTA_SCHEMA
         )
+        columns = LAST_DATA_STATE.fieldNames()
         if added is not None:
             if buckets is not None:
                 added = added.where(F.col("bucket").isin(list(buckets)))
-            added = added.select(*LAST_DATA_STATE.fieldNames())
+            added = added.select(*columns, *([(F.col(DELTA_COLUMN) == flag).alias(_OWN)] if flag else []))
+        if base is not None and flag:
+            base = base.select(*columns, F.lit(False).alias(_OWN))
         parts = [p for p in (base, added) if p is not None]
         return reduce(DataFrame.unionByName, parts) if parts else None
 

@@ -350,33 +350,50 @@ def last_data_records(events: DataFrame, cfg: SqlSinkConfig) -> tuple[DataFrame,
     return state, rejects
 
 
-def merge_last_data_state(state: DataFrame, cfg: SqlSinkConfig) -> DataFrame:
-    """Merge ``LAST_DATA_STATE`` rows into one per key (see the rules above); tombstoned attributes dropped."""
+def _newer_attr(_col: Column, a: Column, b: Column) -> Column:
+    """Of two values of one attribute column (either may be missing), the newer record's."""
+    newer = _order(b["ts"], b["msg"], b["idx"]) > _order(a["ts"], a["msg"], a["idx"])
+    return F.when(a.isNull(), b).when(b.isNull(), a).when(newer, b).otherwise(a)
+
+
+def merge_last_data_state(state: DataFrame, cfg: SqlSinkConfig, wanted: Column | None = None) -> DataFrame:
+    """Merge ``LAST_DATA_STATE`` rows into one per key (see the rules above); tombstoned attributes dropped.
+
+    ``wanted`` (a boolean column of ``state``): only the keys with a row where it is true.
+
+    One aggregation, one shuffle: each key's attribute maps are folded pairwise (the newer value of
+    each column wins), so a key's rows are held together while it is merged. A run's records hold as
+    many rows per key as the key had notifications in it; stored state holds at most one per delta.
+    The ordering is total (two values with one order are one record's), so the fold gives the same
+    map whatever order the rows come in. Through Spark Connect the plan matters as much as the rows:
+    per-attribute aggregations joined back to the keys cost about two seconds of planning and
+    stages per run, whatever the rows.
+    """
     keys = ["database", "db", "table", *cfg.last_data_unique_key]
     fixed_names = [c for c in ("recvTime", *COLUMN_FIXED[1:]) if c not in cfg.last_data_unique_key]
+    attrs_type = LAST_DATA_STATE["attrs"].dataType
     # The fixed columns of the newest update, or of the newest delete for a key that has only deletes.
     chooser = F.struct(F.col("upd").isNotNull().alias("u"), F.coalesce(F.col("upd"), F.col("del")).alias("o"))
-    rows = state.groupBy(*keys).agg(
+    aggregates = [
         F.max("upd").alias("upd"),
         F.max("del").alias("del"),
         F.max_by(F.struct(*[F.col(c) for c in fixed_names]), chooser).alias("_f")
         if fixed_names
         else F.lit(None).alias("_f"),
         F.first("bucket").alias("bucket"),
-    )
-    entries = state.select(*keys, F.explode(F.col("attrs")).alias("col", "a"))
-    newest = entries.groupBy(*keys, "col").agg(
-        F.max_by(F.col("a"), _order(F.col("a.ts"), F.col("a.msg"), F.col("a.idx"))).alias("a")
-    )
-    attrs = newest.groupBy(*keys).agg(
-        F.map_from_entries(F.array_sort(F.collect_list(F.struct("col", "a")))).alias("attrs")
-    )
-    cond = [rows[k].eqNullSafe(attrs[k]) for k in keys]
-    merged = rows.join(attrs, cond, "left").select(
-        *[rows[k] for k in keys], rows["upd"], rows["del"], rows["_f"], rows["bucket"], attrs["attrs"]
-    )
+        F.aggregate(
+            F.collect_list(F.col("attrs")),
+            F.create_map().cast(attrs_type),
+            lambda merged, attrs: F.map_zip_with(merged, attrs, _newer_attr),
+        ).alias("attrs"),
+    ]
+    if wanted is not None:
+        aggregates.append(F.max(F.coalesce(wanted, F.lit(False))).alias("_wanted"))
+    merged = state.groupBy(*keys).agg(*aggregates)
+    if wanted is not None:
+        merged = merged.where(F.col("_wanted"))
     live = F.map_filter(
-        F.coalesce(F.col("attrs"), F.create_map().cast(LAST_DATA_STATE["attrs"].dataType)),
+        F.col("attrs"),
         lambda _k, v: F.col("del").isNull() | (_order(v["ts"], v["msg"], v["idx"]) > F.col("del")),
     )
     return merged.select(

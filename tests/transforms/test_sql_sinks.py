@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from ngsi_assets.ngsi.sql_config import SqlSinkConfig
 from ngsi_assets.ngsi.sql_naming import Dialect
@@ -207,3 +208,21 @@ def test_last_data_state_from_any_split_equals_one_merge(spark: SparkSession, da
     again = merge_last_data_state(state.unionByName(records.select(*LAST_DATA_STATE.fieldNames())), c)
     assert _state_rows(again) == _state_rows(state)  # merging what is already in changes nothing
     assert _state_rows(last_data_output(state, c)) == _state_rows(last_data_output(whole, c))
+
+
+def test_merge_keeps_only_the_keys_with_a_wanted_row(spark: SparkSession) -> None:
+    c = cfg(Dialect.POSTGRESQL, last_data_mode="upsert")
+    stored = [ev("m00", "car1", "speed", "10", T0), ev("m01", "car2", "speed", "20", T0 + 1)]
+    new = [ev("m02", "car1", "fuel", "90", T0 + 2), ev("m03", "car3", "speed", "30", T0 + 3)]
+    old_records, _ = last_data_records(events(spark, stored), c)
+    new_records, _ = last_data_records(events(spark, new), c)
+    state = old_records.select(*LAST_DATA_STATE.fieldNames(), F.lit(False).alias("run")).unionByName(
+        new_records.select(*LAST_DATA_STATE.fieldNames(), F.lit(True).alias("run"))
+    )
+    everything = merge_last_data_state(state.drop("run"), c)
+    got = merge_last_data_state(state, c, wanted=F.col("run"))
+    assert sorted(r["entityId"] for r in got.collect()) == ["car1", "car3"]
+    # A wanted key's row merges every row of that key, not only the wanted ones.
+    car1 = got.where(F.col("entityId") == "car1").collect()[0]
+    assert {k: v["value"] for k, v in car1["attrs"].items()} == {"speed": "10", "fuel": "90"}
+    assert _state_rows(got) == _state_rows(everything.where(F.col("entityId") != "car2"))
