@@ -239,8 +239,8 @@ def computed_once(*frames: DataFrame) -> tuple[DataFrame, ...]:
     For a run's small frames read by several later jobs (a count, a write, a check). ``persist`` keeps
     the rows but not the plan: each later job sends the whole plan again, and through Spark Connect
     the server analyses and optimises it every time (with the SQL sinks' naming UDFs, about a second
-    a job on two cores, whatever the rows). Plans over the kept rows are a reference to them. One job
-    for all frames also runs what they share (the naming of the records and of the rejects) once.
+    a job on two cores, whatever the rows). Plans over the kept rows are a reference to them, and
+    all frames cost one job and one planning (the records and the rejects of a sink, say).
 
     The rows live on the executors that computed them, in memory spilling to disk, until the
     returned frames are garbage collected: an executor lost in between fails the run, which the
