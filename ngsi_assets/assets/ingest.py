@@ -13,7 +13,7 @@ from dagster import (
     asset,
 )
 from dagster_pyspark import LazyPySparkResource
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from ngsi_assets.increments import (
@@ -32,30 +32,40 @@ from ngsi_assets.transforms.ngsi_events import ngsi_event_rejects, ngsi_messages
 from ngsi_assets.transforms.schemas import MESSAGE_STORE, NGSI_EVENT_REJECTS, NGSI_EVENTS
 from resources.lake import PARTITION_COLUMN, FolderWrite, LakeResource, key_to_dt
 from resources.landing import LandingZoneResource
+from resources.spark import collect_small
 
 GROUP = "ingest"
 PREVIEW_ROWS = 10
 
 
-def _preview(df: DataFrame, columns: Sequence[str]) -> MetadataValue:
-    """A small markdown table of a few rows (bounded: never grows with the data)."""
-    rows = df.select(*columns).limit(PREVIEW_ROWS).collect()
+def _preview_rows(df: DataFrame, columns: Sequence[str]) -> DataFrame:
+    """A few rows for the asset's preview (bounded: never grows with the data)."""
+    return df.select(*columns).limit(PREVIEW_ROWS)
+
+
+def _preview(rows: Sequence[Row], columns: Sequence[str]) -> MetadataValue:
+    """A small markdown table of the preview's rows."""
     head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
     body = "".join("| " + " | ".join(str(r[c]).replace("|", "\\|")[:60] for c in columns) + " |\n" for r in rows)
     return MetadataValue.md(head + body)
 
 
-def _breakdown(df: DataFrame, *columns: str) -> dict[str, dict[str, int]]:
-    """Row counts per value of each low-cardinality column, from one aggregation (one Spark job).
+def _breakdown(counts: Sequence[Row], *columns: str) -> dict[str, dict[str, int]]:
+    """Row counts per value of each low-cardinality column, from ``df.groupBy(*columns).count()``'s rows.
 
     The grouped result has one row per combination of values, small by construction.
     """
     out: dict[str, dict[str, int]] = {c: {} for c in columns}
-    for row in df.groupBy(*columns).count().collect():
+    for row in counts:
         for c in columns:
             key = str(row[c])
             out[c][key] = out[c].get(key, 0) + int(row["count"])
     return out
+
+
+def _count(df: DataFrame) -> DataFrame:
+    """``df``'s row count as a one-row frame (column ``n``), for ``collect_small``."""
+    return df.agg(F.count("*").alias("n"))
 
 
 def _count_lines(lines: DataFrame) -> tuple[int, bool]:
@@ -162,25 +172,33 @@ def message_store(
     else:
         stored, line_count, has_guids = _store_increment(session, lake, landing, inc.hour_of(keys), inc)
         torn = 0  # an increment ends at a line boundary: a torn tail is never in it
-    counts = _breakdown(stored, "status", "format")
-    rows = sum(counts["status"].values())
-    if line_count is None:  # the increment's rows were stored by an earlier attempt of this run
-        line_count = rows
-    unreadable = line_count - rows
-    distinct_ids = stored.select("message_identifier").distinct().count()
-    twice_examples: list[tuple[str, list[str]]] = []
+    preview_columns = ["message_identifier", "source_entity", "effective_timestamp", "status", "service", "format"]
+    summary_frames = {
+        "counts": stored.groupBy("status", "format").count(),
+        "ids": _count(stored.select("message_identifier").distinct()),
+        "preview": _preview_rows(stored, preview_columns),
+    }
     if has_guids:
         # A guid may be processed (status other than 5) in one message only, across every hour: hours
         # materialized out of order (a later hour before an earlier one) would break that.
-        twice = (
+        summary_frames["twice"] = (
             lake.read(session, "message_store", MESSAGE_STORE)
             .where(F.col("guid").isNotNull() & (F.col("status") != int(MessageStatus.PREVIOUSLY_RECEIVED)))
             .groupBy("guid")
             .agg(F.count("*").alias("n"), F.sort_array(F.collect_set(PARTITION_COLUMN)).alias("hours"))
             .where(F.col("n") > 1)
             .join(stored.select("guid").distinct(), "guid", "left_semi")
+            .limit(5)
         )
-        twice_examples = [(r["guid"], r["hours"]) for r in twice.limit(5).collect()]
+    # Metadata and checks in one Spark job: each collect of its own costs a round trip and a planning.
+    summary = collect_small(**summary_frames)
+    counts = _breakdown(summary["counts"], "status", "format")
+    rows = sum(counts["status"].values())
+    if line_count is None:  # the increment's rows were stored by an earlier attempt of this run
+        line_count = rows
+    unreadable = line_count - rows
+    distinct_ids = summary["ids"][0]["n"]
+    twice_examples = [(r["guid"], r["hours"]) for r in summary.get("twice", [])]
     return MaterializeResult(
         metadata={
             "dagster/row_count": rows,
@@ -190,10 +208,7 @@ def message_store(
             **({"increment": inc.id, "increment_ranges": MetadataValue.json(inc.ranges)} if inc else {}),
             "by_status": MetadataValue.json(counts["status"]),
             "by_format": MetadataValue.json(counts["format"]),
-            "preview": _preview(
-                stored,
-                ["message_identifier", "source_entity", "effective_timestamp", "status", "service", "format"],
-            ),
+            "preview": _preview(summary["preview"], preview_columns),
         },
         check_results=[
             AssetCheckResult(
@@ -272,28 +287,35 @@ def ngsi_events(
         events = lake.read_increment(session, "ngsi_events", NGSI_EVENTS, key, inc.id)
         rejects = lake.read_increment(session, "ngsi_event_rejects", NGSI_EVENT_REJECTS, key, inc.id)
     null_key = F.col("entityId").isNull() | F.col("attrName").isNull() | F.col("timeIndex").isNull()
-    counts = _breakdown(
-        events.withColumn("_null_keys", null_key.cast("int")), "timeIndexSource", "fiwareService", "_null_keys"
-    )
-    rows = sum(counts["timeIndexSource"].values())
-    null_keys = counts["_null_keys"].get("1", 0)
-    reject_rows = rejects.count()
     accounted = events.select("messageId").union(rejects.select("messageId")).distinct()
     unaccounted = (
         ngsi_messages(messages)
         .select(F.col("message_identifier").alias("messageId"))
         .join(accounted, "messageId", "left_anti")
     )
-    missing = unaccounted.count()
+    preview_columns = ["recvTime", "fiwareService", "entityId", "entityType", "attrName", "attrValue", "timeIndex"]
+    # Metadata and checks in one Spark job: each collect of its own costs a round trip and a planning.
+    summary = collect_small(
+        counts=events.withColumn("_null_keys", null_key.cast("int"))
+        .groupBy("timeIndexSource", "fiwareService", "_null_keys")
+        .count(),
+        rejects=_count(rejects),
+        unaccounted=_count(unaccounted),
+        examples=unaccounted.limit(5),
+        preview=_preview_rows(events, preview_columns),
+    )
+    counts = _breakdown(summary["counts"], "timeIndexSource", "fiwareService", "_null_keys")
+    rows = sum(counts["timeIndexSource"].values())
+    null_keys = counts["_null_keys"].get("1", 0)
+    reject_rows = summary["rejects"][0]["n"]
+    missing = summary["unaccounted"][0]["n"]
     return MaterializeResult(
         metadata={
             "dagster/row_count": rows,
             "rejects": reject_rows,
             "by_time_index_source": MetadataValue.json(counts["timeIndexSource"]),
             "by_service": MetadataValue.json(counts["fiwareService"]),
-            "preview": _preview(
-                events, ["recvTime", "fiwareService", "entityId", "entityType", "attrName", "attrValue", "timeIndex"]
-            ),
+            "preview": _preview(summary["preview"], preview_columns),
         },
         check_results=[
             AssetCheckResult(
@@ -302,7 +324,7 @@ def ngsi_events(
                 description="Every NGSI message with status 0 has events or a reject row with its reason.",
                 metadata={
                     "unaccounted_messages": missing,
-                    "examples": MetadataValue.json([r[0] for r in unaccounted.limit(5).collect()] if missing else []),
+                    "examples": MetadataValue.json([r["messageId"] for r in summary["examples"]]),
                 },
             ),
             AssetCheckResult(

@@ -12,6 +12,7 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 from pyspark import StorageLevel
+from pyspark.sql import functions as F
 
 from ngsi_assets.assets.ingest import events_of_run, ngsi_events
 from ngsi_assets.partitions import hourly_partitions
@@ -20,6 +21,7 @@ from ngsi_assets.transforms.mongo_raw import MONGO_RAW_REJECTS, classify_raw, ra
 from resources.lake import LakeResource
 from resources.mongo import MongoResource
 from resources.mongo_raw import ENABLED_ENV, MongoRawSinkResource
+from resources.spark import collect_small
 
 REJECTS = "mongo_raw_rejects"
 # Collections listed one by one in the metadata; the rest are summed up.
@@ -78,10 +80,13 @@ def mongo_raw(
             hour = inc.hour_of(keys)
             lake.append_increment(rejects, REJECTS, hour, inc.id)
             stored_rejects = lake.read_increment(session, REJECTS, MONGO_RAW_REJECTS, hour, inc.id)
-        by_reason = {r["reason"]: int(r["count"]) for r in stored_rejects.groupBy("reason").count().limit(50).collect()}
         rows = raw_rows(classified, config).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            shaped = rows.count()
+            found = collect_small(
+                reasons=stored_rejects.groupBy("reason").count().limit(50), shaped=rows.agg(F.count("*").alias("n"))
+            )
+            by_reason = {r["reason"]: int(r["count"]) for r in found["reasons"]}
+            shaped = found["shaped"][0]["n"]
             written = write_raw(rows, url, config)
         finally:
             rows.unpersist()

@@ -2,7 +2,7 @@
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -18,7 +18,7 @@ from dagster import (
 )
 from dagster._core.storage.tags import PRIORITY_TAG
 from dagster_pyspark import LazyPySparkResource
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from ngsi_assets.assets.ingest import events_of_run, ngsi_events
@@ -37,7 +37,7 @@ from ngsi_assets.transforms.sql_sinks import (
     writer_order,
 )
 from resources.lake import LakeResource, key_to_dt
-from resources.spark import computed_once
+from resources.spark import collect_small, computed_once
 from resources.sql_sinks import SqlSinksResource
 
 GROUP = "sql_sinks"
@@ -97,8 +97,13 @@ def _run_sink(
     lake: LakeResource,
     sql_sinks: SqlSinksResource,
     sink: str,
-) -> tuple[dict[str, Any], list[tuple[SqlSinkConfig, DataFrame, list[dict]]], str | None]:
-    """Write one sink for every configured dialect; returns metadata, per-dialect results, a skip reason."""
+    check_rows: Callable[[SqlSinkConfig, DataFrame], DataFrame],
+) -> tuple[dict[str, Any], list[tuple[SqlSinkConfig, list[Row], list[dict]]], str | None]:
+    """Write one sink for every configured dialect; returns metadata, per-dialect results, a skip reason.
+
+    ``check_rows``: the few rows (a bounded frame of the dialect's written rows) the asset's check
+    needs, fetched beside the rejects' counts in the dialect's own thread: one Spark job for both.
+    """
     keys = context.partition_keys
     configs = sql_sinks.configs()
     enabled = {d: c for d, c in configs.items() if (c.last_data_enabled if sink == LAST_DATA else c.historic_enabled)}
@@ -111,7 +116,7 @@ def _run_sink(
 
     def write_dialect(
         cfg: SqlSinkConfig,
-    ) -> tuple[SqlSinkConfig, DataFrame, list[dict], DataFrame, dict[str, Any], dict[str, int]]:
+    ) -> tuple[SqlSinkConfig, list[Row], list[dict], DataFrame, dict[str, Any], dict[str, int]]:
         own: dict[str, Any] = {}
         with contextlib.ExitStack() as stack:
             if sink == LAST_DATA:
@@ -134,11 +139,9 @@ def _run_sink(
         own[f"{cfg.dialect.value}_rows_by_table"] = MetadataValue.json(rows_by_table(stats))
         own[f"{cfg.dialect.value}_rows"] = sum(s["rows"] for s in stats)
         # Counted here, beside the other dialect's jobs, rather than after both.
-        counted = {
-            f"{cfg.dialect.value}: {r['reason']}": int(r["count"])
-            for r in rejects.groupBy("reason").count().limit(50).collect()
-        }
-        return cfg, rows, stats, rejects, own, counted
+        found = collect_small(reasons=rejects.groupBy("reason").count().limit(50), check=check_rows(cfg, rows))
+        counted = {f"{cfg.dialect.value}: {r['reason']}": int(r["count"]) for r in found["reasons"]}
+        return cfg, found["check"], stats, rejects, own, counted
 
     # The dialects are independent (own state folder, own server): their Spark jobs, mostly small
     # and latency-bound, run side by side on the one session.
@@ -148,9 +151,9 @@ def _run_sink(
     results = []
     all_rejects: DataFrame | None = None
     by_reason: dict[str, int] = {}
-    for cfg, rows, stats, rejects, own, counted in done:
+    for cfg, checked, stats, rejects, own, counted in done:
         metadata.update(own)
-        results.append((cfg, rows, stats))
+        results.append((cfg, checked, stats))
         all_rejects = rejects if all_rejects is None else all_rejects.unionByName(rejects)
         by_reason.update(counted)
     dataset = f"{sink}_rejects" if sink == LAST_DATA else "historic_table_rejects"
@@ -192,7 +195,9 @@ def historic_tables(
     Records that cannot be written (bad or over-long names, NUL characters for PostgreSQL) go to the
     lake dataset `historic_table_rejects` with the reason.
     """
-    metadata, results, skipped = _run_sink(context, spark, lake, sql_sinks, HISTORIC)
+    metadata, results, skipped = _run_sink(
+        context, spark, lake, sql_sinks, HISTORIC, lambda _cfg, rows: rows.agg(F.count("*").alias("n"))
+    )
     if skipped:
         return MaterializeResult(
             metadata=metadata,
@@ -200,7 +205,7 @@ def historic_tables(
                 AssetCheckResult(check_name="every_shaped_row_written", passed=True, metadata={"skipped": skipped})
             ],
         )
-    shaped = {c.dialect.value: rows.count() for c, rows, _ in results}
+    shaped = {c.dialect.value: counted[0]["n"] for c, counted, _ in results}
     written = {c.dialect.value: sum(s["rows"] for s in stats) for c, _, stats in results}
     return MaterializeResult(
         metadata=metadata,
@@ -252,6 +257,16 @@ def _stored_rows_in(cfg: SqlSinkConfig, database: str | None, sample: list[Any])
     return out
 
 
+def _check_sample(cfg: SqlSinkConfig, rows: DataFrame) -> DataFrame:
+    """A bounded sample of the run's upserted keys: the stored row must be this run's newest record,
+    or a newer one a later hour wrote."""
+    return (
+        rows.where(F.col("op") == "u")
+        .orderBy("database", "db", "table", *cfg.last_data_unique_key)
+        .limit(CHECK_SAMPLE_KEYS)
+    )
+
+
 @asset(
     deps=[ngsi_events],
     partitions_def=hourly_partitions,
@@ -280,7 +295,7 @@ def last_data(
     upserts only the keys it touched. Records that cannot be written go to
     the lake dataset `last_data_rejects` with the reason.
     """
-    metadata, results, skipped = _run_sink(context, spark, lake, sql_sinks, LAST_DATA)
+    metadata, results, skipped = _run_sink(context, spark, lake, sql_sinks, LAST_DATA, _check_sample)
     check = "last_data_row_equals_newest_event"
     if skipped:
         return MaterializeResult(
@@ -289,15 +304,7 @@ def last_data(
         )
     mismatches: list[str] = []
     checked = 0
-    for cfg, rows, _ in results:
-        # A bounded sample of this run's upserted keys: the stored row must be this run's newest
-        # record, or a newer one a later hour wrote.
-        sample = (
-            rows.where(F.col("op") == "u")
-            .orderBy("database", "db", "table", *cfg.last_data_unique_key)
-            .limit(CHECK_SAMPLE_KEYS)
-            .collect()
-        )
+    for cfg, sample, _ in results:
         stored = _stored_last_rows(cfg, sample)
         for r in sample:
             key = (r["database"], r["db"], r["table"], *[r[k] for k in cfg.last_data_unique_key])

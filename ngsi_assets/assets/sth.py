@@ -51,6 +51,7 @@ from ngsi_assets.transforms.sth import (
 from resources.lake import FolderWrite, LakeResource, key_to_dt
 from resources.mongo import MongoResource
 from resources.parallel import results, side_by_side
+from resources.spark import collect_small
 from resources.sth_mongo import STHSinkResource
 
 GROUP = "sth"
@@ -264,50 +265,53 @@ def _materialize(
     documents = build_documents(documents_of(stored, touched), config, int(now.timestamp() * 1000), order="part")
     documents = documents.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        # One job for the actions' counts and the databases written (one row per database and action).
-        by_database_action = documents.groupBy("database", "action").count().collect()
+        both = Resolution.DAY in config.resolutions and Resolution.HOUR in config.resolutions
+        unaccounted = unaccounted_samples(documents)
+        checks = {
+            # One row per database and action: the actions' counts and the databases written.
+            "by_database_action": documents.groupBy("database", "action").count(),
+            "rejected": documents.where(F.col("action") == ACTION_REJECT)
+            .select("database", "collection", "reason")
+            .limit(EXAMPLES),
+            "mixed": documents.where(F.col("numeric") & F.col("text")).agg(F.count("*").alias("n")),
+            "unaccounted": unaccounted.agg(F.count("*").alias("n")),
+            "unaccounted_examples": unaccounted.limit(EXAMPLES),
+        }
+        if both:
+            mismatches = day_hour_mismatches(documents)
+            checks["mismatches"] = mismatches.agg(F.count("*").alias("n"))
+            checks["mismatch_examples"] = mismatches.limit(EXAMPLES)
+        # Metadata and checks in one Spark job: each collect of its own costs a round trip and a planning.
+        found = collect_small(**checks)
+        by_database_action = found["by_database_action"]
         by_action: dict[str, int] = {}
         for r in by_database_action:
             by_action[r["action"]] = by_action.get(r["action"], 0) + int(r["count"])
-        rejected_docs = [
-            {"database": r["database"], "collection": r["collection"], "reason": r["reason"]}
-            for r in documents.where(F.col("action") == ACTION_REJECT).limit(EXAMPLES).collect()
+        rejected_docs = [r.asDict() for r in found["rejected"]]
+        mixed_count = found["mixed"][0]["n"]
+        unaccounted_count = found["unaccounted"][0]["n"]
+        unaccounted_examples = [
+            {
+                "collection": r["collection"],
+                "resolution": r["resolution"],
+                "origin": r["origin"],
+                "offset": r["offset"],
+                "samples": r["samples"],
+                "numbers": r["numSamples"],
+                "occurrences": r["occurrences"],
+            }
+            for r in found["unaccounted_examples"]
         ]
-        mixed_count = documents.where(F.col("numeric") & F.col("text")).count()
-        unaccounted = unaccounted_samples(documents)
-        unaccounted_count = unaccounted.count()
-        unaccounted_examples = (
-            [
-                {
-                    "collection": r["collection"],
-                    "resolution": r["resolution"],
-                    "origin": r["origin"],
-                    "offset": r["offset"],
-                    "samples": r["samples"],
-                    "numbers": r["numSamples"],
-                    "occurrences": r["occurrences"],
-                }
-                for r in unaccounted.limit(EXAMPLES).collect()
-            ]
-            if unaccounted_count
-            else []
-        )
-        both = Resolution.DAY in config.resolutions and Resolution.HOUR in config.resolutions
-        mismatches = day_hour_mismatches(documents) if both else None
-        mismatch_count = mismatches.count() if mismatches is not None else 0
-        mismatch_examples = (
-            [
-                {
-                    "collection": r["collection"],
-                    "day": str(r["day"]),
-                    "hour": r["hourSamples"],
-                    "day_doc": r["daySamples"],
-                }
-                for r in mismatches.limit(EXAMPLES).collect()
-            ]
-            if mismatches is not None and mismatch_count
-            else []
-        )
+        mismatch_count = found["mismatches"][0]["n"] if both else 0
+        mismatch_examples = [
+            {
+                "collection": r["collection"],
+                "day": str(r["day"]),
+                "hour": r["hourSamples"],
+                "day_doc": r["daySamples"],
+            }
+            for r in found.get("mismatch_examples", [])
+        ]
 
         publish: dict[str, object]
         if sth.mongo_url:
