@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 
 INCREMENT_TAG = "ngsi/increment"
 POSITIONS_FILE = "_positions.json"
+# An increment run with this tag also takes what landed in its hour after it was asked for, up to
+# the moment its message store starts: the landing sensor's increments, so that a run can wait while
+# another executes without leaving what lands meanwhile to the run after it. What it takes is its
+# claim, written once (``claim_file``) before any row is stored, so a rerun takes exactly the same.
+EXTENDS_TAG = "ngsi/increment-extends"
 # How many independent pieces of a run (entities, history spaces) its assets process side by side.
 # The landing sensor gives its derived runs a narrow width so that they leave the cores to the
 # increments that run beside them; a run without the tag uses the assets' default.
@@ -216,6 +221,43 @@ class Increment:
         if inc.id != raw.get("id"):
             raise ValueError(f"run tag {INCREMENT_TAG}: id {raw.get('id')!r} does not match its ranges ({inc.id})")
         return inc
+
+
+# Per segment, the sorted, disjoint [start, end) ranges the message store holds of it (``POSITIONS_FILE``).
+Positions = Mapping[str, Sequence[tuple[int, int]]]
+
+
+def claim_file(increment_id: str) -> str:
+    """The message store hour's file naming the ranges an extending increment took (``EXTENDS_TAG``)."""
+    if not increment_id or not all(c in "0123456789abcdef" for c in increment_id):
+        raise ValueError(f"bad increment id {increment_id!r}")
+    return f"_claim-{increment_id}.json"
+
+
+def claim_text(claim: Sequence[tuple[str, int, int]]) -> str:
+    return json.dumps([[n, s, e] for n, s, e in claim])
+
+
+def parse_claim(text: str) -> list[tuple[str, int, int]]:
+    return [(str(n), int(s), int(e)) for n, s, e in json.loads(text)]
+
+
+def reach(stored: Mapping[str, Sequence[Sequence[int]]], ranges: Mapping[str, Sequence[int]]) -> dict[str, int]:
+    """Per segment, where an extending increment looks for more lines: past its own range, else past
+    the last stored range (``LandingZoneResource.complete_ranges``'s ``positions``)."""
+    out = {n: max(int(r[1]) for r in rs) for n, rs in stored.items() if rs}
+    out.update({n: int(r[1]) for n, r in ranges.items()})
+    return out
+
+
+def extended(ranges: Mapping[str, Sequence[int]], landed: Mapping[str, Sequence[int]]) -> dict[str, tuple[int, int]]:
+    """``ranges`` grown by ``landed`` (per segment, [from, to) of the complete lines past ``reach``):
+    a segment of ``ranges`` to the end of its landed lines, another segment with its landed lines."""
+    out = {str(n): (int(r[0]), int(r[1])) for n, r in ranges.items()}
+    for n, r in landed.items():
+        start, end = int(r[0]), int(r[1])
+        out[n] = (out[n][0], max(out[n][1], end)) if n in out else (start, end)
+    return out
 
 
 def parse_positions(text: str | None) -> dict[str, list[tuple[int, int]]]:

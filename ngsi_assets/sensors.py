@@ -28,7 +28,14 @@ from dagster._core.storage.tags import MAX_RUNTIME_SECONDS_TAG
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ngsi_assets.assets.ingest import message_store
-from ngsi_assets.increments import INCREMENT_TAG, NEW_INCREMENTS_TAG, SIDE_BY_SIDE_TAG, Increment, segment_hour
+from ngsi_assets.increments import (
+    EXTENDS_TAG,
+    INCREMENT_TAG,
+    NEW_INCREMENTS_TAG,
+    SIDE_BY_SIDE_TAG,
+    Increment,
+    segment_hour,
+)
 from ngsi_assets.ingest.landing import SegmentInfo
 from ngsi_assets.partitions import hourly_partitions
 from resources.landing import LandingZoneResource
@@ -147,7 +154,7 @@ class LandingCursor:
 class OpenRuns:
     """What the instance holds of the landing sensor's runs that have not finished."""
 
-    ingest_waiting: bool = False  # an ingest-lane run that has not started: it holds fixed ranges
+    ingest_waiting: bool = False  # an ingest-lane run that has not started
     ingest_hours: frozenset[str] = frozenset()  # hours with an ingest-lane run queued or executing
     derived_waiting: bool = False
 
@@ -208,9 +215,9 @@ def plan_landing_runs(
 
     ``pending``: per segment, the complete-line byte range [from, to) past ``cursor.positions``.
 
-    - The oldest hour with pending ranges gets an increment run of exactly those ranges, unless an
-      ingest-lane run is still waiting or executing: then nothing (a later tick asks for them, and
-      for everything that landed meanwhile, once the lane is free).
+    - The oldest hour with pending ranges gets an increment run of those ranges, growing to what
+      lands in the hour until it starts (``EXTENDS_TAG``), unless an ingest-lane run is waiting
+      already: then nothing (that run will take them). One run executes, one waits, at most.
     - An hour whose increments moved since its last derived run gets a derived run when it is
       closed (its end plus ``hour_grace_s`` has passed, nothing of it is pending or executing) or
       when ``derived_interval_s`` has passed since the last one; one waiting derived run at most.
@@ -256,10 +263,11 @@ def plan_landing_runs(
             positions[name] = r[1]
         migrated.add(hour)
     increment_hour = None
-    # One increment at a time, none waiting: an increment's ranges are fixed when it is requested,
-    # so a waiting one would leave what lands while it waits to the one after it. Requested once the
-    # lane is free, the next increment takes everything that landed meanwhile.
-    if todo and not open_runs.ingest_waiting and not open_runs.ingest_hours:
+    # One increment executes, the next waits: it starts as soon as the lane is free (no sensor tick
+    # in between) and, growing to what landed by then, leaves nothing that landed while it waited
+    # to the run after it. Its ranges may overlap what the executing run grew to: each takes only
+    # what nothing stored or claimed before it (``ingest._claim``).
+    if todo and not open_runs.ingest_waiting:
         increment_hour = min(todo)
         inc = Increment.of(todo[increment_hour])
         requests.append(
@@ -267,7 +275,7 @@ def plan_landing_runs(
                 increment_job.name,
                 increment_hour,
                 f"{increment_hour}@{inc.id}",
-                {INCREMENT_TAG: inc.to_tag(), INGEST_LANE: "1"},
+                {INCREMENT_TAG: inc.to_tag(), EXTENDS_TAG: "1", INGEST_LANE: "1"},
             )
         )
         for name, (_, end) in inc.ranges.items():
@@ -336,8 +344,8 @@ def landing_sensor(context: SensorEvaluationContext, landing: LandingZoneResourc
     if new_cursor != cursor:
         context.update_cursor(new_cursor.to_json())
     if not requests:
-        if pending and (open_runs.ingest_waiting or open_runs.ingest_hours):
-            yield SkipReason("new landing data left to the next increment: the ingest lane is busy")
+        if pending and open_runs.ingest_waiting:
+            yield SkipReason("new landing data left to the increment waiting in the ingest lane")
         else:
             yield SkipReason("no new landing data")
 

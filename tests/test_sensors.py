@@ -12,7 +12,14 @@ import pytest
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
 from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
-from ngsi_assets.increments import INCREMENT_TAG, NEW_INCREMENTS_TAG, SIDE_BY_SIDE_TAG, Increment, side_by_side_width
+from ngsi_assets.increments import (
+    EXTENDS_TAG,
+    INCREMENT_TAG,
+    NEW_INCREMENTS_TAG,
+    SIDE_BY_SIDE_TAG,
+    Increment,
+    side_by_side_width,
+)
 from ngsi_assets.ingest.landing import LandingWriter, SegmentInfo
 from ngsi_assets.ngsi.envelope import Envelope, hour_dir, partition_key
 from ngsi_assets.sensors import (
@@ -83,15 +90,20 @@ def test_increments_cover_each_hour_once_oldest_first() -> None:
     assert _increments(_plan(grown, cursor)[0]) == []
 
 
-def test_no_increment_while_one_waits_or_executes_and_nothing_is_skipped_after() -> None:
+def test_one_increment_waits_while_one_executes_and_nothing_is_skipped_after() -> None:
     a = _seg(0, "a", 10)
     _, cursor = _plan([a])
     grown = [_seg(0, "a", 30)]
-    for busy in (OpenRuns(ingest_waiting=True), OpenRuns(ingest_hours=frozenset({_key(0)}))):
+    # A waiting run will take what landed (it grows to what lands until it starts): no other.
+    for busy in (OpenRuns(ingest_waiting=True), OpenRuns(ingest_waiting=True, ingest_hours=frozenset({_key(0)}))):
         requests, after = _plan(grown, cursor, open_runs=busy)
         assert _increments(requests) == [] and after.positions == cursor.positions
-    requests, _ = _plan(grown, cursor)
-    assert _increments(requests) == [(_key(0), {_name(a): (10, 30)})]
+    # One executing, none waiting: the next is asked for now, to start as soon as the lane is free.
+    executing = OpenRuns(ingest_hours=frozenset({_key(0)}))
+    for open_runs in (executing, OpenRuns()):
+        requests, _ = _plan(grown, cursor, open_runs=open_runs)
+        assert _increments(requests) == [(_key(0), {_name(a): (10, 30)})]
+        assert requests[0].tags[EXTENDS_TAG] == "1" and INGEST_LANE in requests[0].tags
 
 
 def test_old_hours_are_sealed_and_the_cursor_stays_small() -> None:
@@ -269,26 +281,31 @@ def test_a_partial_line_is_left_for_the_next_increment(tmp_path: Path) -> None:
     assert t.runs() == []
 
 
-def test_steady_traffic_keeps_one_increment_at_a_time(tmp_path: Path) -> None:
+def test_steady_traffic_keeps_one_increment_executing_and_one_waiting(tmp_path: Path) -> None:
     t = Ticks(tmp_path)
+
+    def increment_runs(out: list[RunRequest | SkipReason]) -> list[RunRequest]:
+        return [r for r in out if isinstance(r, RunRequest) and r.job_name == "ngsi_increment_job"]
+
     with LandingWriter(tmp_path) as w:
         _write(w, 0, 5, 0)
         (first,) = t.runs()
-        run = t.put(first, DagsterRunStatus.NOT_STARTED)  # QUEUED needs a code location
-        for i, status in enumerate([DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTED, DagsterRunStatus.STARTED]):
-            t.instance.delete_run(run.run_id)
-            run = t.put(first, status)
-            _write(w, 0, 2, 100 + 10 * i)  # traffic keeps coming while it waits, then runs: no new run
+        waiting = t.put(first, DagsterRunStatus.NOT_STARTED)  # QUEUED needs a code location
+        for i in range(2):
+            _write(w, 0, 2, 100 + 10 * i)  # traffic keeps coming while it waits: it will take that too
             out = t.tick()
-            assert not [r for r in out if isinstance(r, RunRequest) and r.job_name == "ngsi_increment_job"]
-            assert "the ingest lane is busy" in out[-1].skip_message
-        t.instance.delete_run(run.run_id)
-        t.put(first, DagsterRunStatus.SUCCESS)  # it ends: the next increment takes all that came since
+            assert not increment_runs(out)
+            assert "left to the increment waiting in the ingest lane" in out[-1].skip_message
+        t.instance.delete_run(waiting.run_id)
+        t.put(first, DagsterRunStatus.STARTED)  # it executes: the next is asked for, and waits
         (second,) = t.runs()
         (seg,) = t.landing.segments()
-        assert Increment.from_tags(second.tags).ranges == {
-            _name(seg): (Increment.from_tags(first.tags).ranges[_name(seg)][1], seg.size)
-        }
+        start = Increment.from_tags(first.tags).ranges[_name(seg)][1]
+        assert Increment.from_tags(second.tags).ranges == {_name(seg): (start, seg.size)}
+        t.put(second, DagsterRunStatus.NOT_STARTED)
+        _write(w, 0, 2, 200)
+        assert not increment_runs(t.tick())  # one executing, one waiting: never more
+        assert len(t.instance.get_runs()) == 2
 
 
 def test_a_failed_increment_gets_one_whole_hour_repair(tmp_path: Path) -> None:

@@ -17,11 +17,18 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from ngsi_assets.increments import (
+    EXTENDS_TAG,
     POSITIONS_FILE,
     Increment,
+    Positions,
     advanced,
+    claim_file,
+    claim_text,
+    extended,
+    parse_claim,
     parse_positions,
     positions_text,
+    reach,
     segment_hour,
     unread_ranges,
 )
@@ -108,10 +115,26 @@ def _store_hours(
     return stored, line_count, landing.torn_tails(keys), has_guids
 
 
+def _claim(
+    lake: LakeResource, landing: LandingZoneResource, key: str, inc: Increment, positions: Positions
+) -> list[tuple[str, int, int]]:
+    """What an extending increment takes: its ranges, grown by what landed in the hour since it was
+    asked for, less what is stored. Written once, before any row, so a rerun takes exactly the same
+    (a rerun that grew again could replace the increment's stored rows with only the newest lines)."""
+    name = claim_file(inc.id)
+    text = lake.read_hour_file("message_store", key, name)
+    if text is not None:
+        return parse_claim(text)
+    claim = unread_ranges(extended(inc.ranges, landing.complete_ranges([key], reach(positions, inc.ranges))), positions)
+    lake.write_hour_file("message_store", key, name, claim_text(claim))
+    return claim
+
+
 def _store_increment(
-    session: SparkSession, lake: LakeResource, landing: LandingZoneResource, key: str, inc: Increment
-) -> tuple[DataFrame, int | None, bool]:
-    """Add the increment's lines not yet stored to the hour; the increment's rows, lines read, guids.
+    session: SparkSession, lake: LakeResource, landing: LandingZoneResource, key: str, inc: Increment, extends: bool
+) -> tuple[DataFrame, int | None, bool, list[tuple[str, int, int]]]:
+    """Add the increment's lines not yet stored to the hour; the increment's rows, lines read, guids,
+    and the ranges it took (``extends``: grown to what landed since it was asked for, see ``_claim``).
 
     Lines read None: everything was stored before (a rerun, or a whole-hour run came first).
     """
@@ -122,7 +145,8 @@ def _store_increment(
             "earlier version): run ngsi_ingest_job for this hour once, then its increments can follow"
         )
     positions = parse_positions(text)
-    todo = unread_ranges(inc.ranges, positions)
+    taken = _claim(lake, landing, key, inc, positions) if extends else [(n, s, e) for n, (s, e) in inc.ranges.items()]
+    todo = [t for n, s, e in taken for t in unread_ranges({n: (s, e)}, positions)]
     line_count: int | None = None
     has_guids = False
     if todo:
@@ -139,7 +163,7 @@ def _store_increment(
         lake.write_hour_file("message_store", key, POSITIONS_FILE, positions_text(advanced(positions, todo)))
         lines.unpersist()
     stored = lake.read_increment(session, "message_store", MESSAGE_STORE, key, inc.id)
-    return stored, line_count, has_guids
+    return stored, line_count, has_guids, taken
 
 
 @asset(
@@ -167,10 +191,12 @@ def message_store(
     keys = context.partition_keys
     session = spark.spark_session
     inc = Increment.from_tags(context.run.tags)
+    taken: list[tuple[str, int, int]] = []
     if inc is None:
         stored, line_count, torn, has_guids = _store_hours(session, lake, landing, keys)
     else:
-        stored, line_count, has_guids = _store_increment(session, lake, landing, inc.hour_of(keys), inc)
+        extends = bool(context.run.tags.get(EXTENDS_TAG))
+        stored, line_count, has_guids, taken = _store_increment(session, lake, landing, inc.hour_of(keys), inc, extends)
         torn = 0  # an increment ends at a line boundary: a torn tail is never in it
     preview_columns = ["message_identifier", "source_entity", "effective_timestamp", "status", "service", "format"]
     summary_frames = {
@@ -205,7 +231,15 @@ def message_store(
             "landing_lines": line_count,
             "unreadable_lines": unreadable,
             "torn_tails": torn,
-            **({"increment": inc.id, "increment_ranges": MetadataValue.json(inc.ranges)} if inc else {}),
+            **(
+                {
+                    "increment": inc.id,
+                    "increment_ranges": MetadataValue.json(inc.ranges),
+                    "increment_ranges_taken": MetadataValue.json([list(t) for t in taken]),
+                }
+                if inc
+                else {}
+            ),
             "by_status": MetadataValue.json(counts["status"]),
             "by_format": MetadataValue.json(counts["format"]),
             "preview": _preview(summary["preview"], preview_columns),

@@ -18,12 +18,18 @@ from pyspark.sql import SparkSession
 from ngsi_assets.assets.ingest import message_store, ngsi_events
 from ngsi_assets.assets.sql_sinks import historic_tables, last_data
 from ngsi_assets.increments import (
+    EXTENDS_TAG,
     INCREMENT_TAG,
     POSITIONS_FILE,
     Increment,
     advanced,
+    claim_file,
+    claim_text,
+    extended,
+    parse_claim,
     parse_positions,
     positions_text,
+    reach,
     unread_ranges,
 )
 from ngsi_assets.ingest.landing import LandingWriter
@@ -103,11 +109,14 @@ class Platform:
         sink.created_dbs.extend(["vehicles", BOOKKEEPING])
         self.sinks = {sink.dialect.value: {"url": sink.url, "last_data_mode": "both", "data_model": "dm-by-entity"}}
 
-    def run(self, increment: Increment | None = None, assets: list[Any] | None = None) -> None:
+    def run(self, increment: Increment | None = None, assets: list[Any] | None = None, extends: bool = False) -> None:
+        tags = {INCREMENT_TAG: increment.to_tag()} if increment else {}
+        if extends:
+            tags[EXTENDS_TAG] = "1"
         result = materialize(
             assets or ASSETS,
             partition_key=HOUR_KEY,
-            tags={INCREMENT_TAG: increment.to_tag()} if increment else None,
+            tags=tags or None,
             resources={
                 "spark": LazyPySparkResource(spark_config={}),
                 "lake": self.lake,
@@ -218,6 +227,70 @@ def test_an_increment_whose_range_was_not_recorded_is_rerun_after_a_later_one(
     assert inc.sql_rows() == whole_sql
 
 
+def _past(p: Platform, ends: dict[str, int]) -> Increment:
+    """What the landing sensor asks for next: the hour's complete lines past ``ends``."""
+    return Increment.of(p.landing.complete_ranges([HOUR_KEY], ends))
+
+
+def test_an_extending_increment_takes_what_landed_until_it_ran_and_a_rerun_takes_the_same(
+    spark: SparkSession, tmp_path: Path, sink: Sink
+) -> None:
+    """The landing sensor's increments grow to what landed in their hour by the time they run (a
+    run waits while another executes); the next one, asked for past the first one's ranges, takes
+    only what nothing took before it. A rerun takes exactly what its first attempt took."""
+    root = tmp_path / "landing"
+    p = Platform(tmp_path, sink, "extends")
+    with LandingWriter(root) as w:
+        w.append_many_blocking(_notification(i) for i in range(10))
+        first = _past(p, {})  # asked for here
+        w.append_many_blocking(_notification(i) for i in range(10, 16))  # the segment grows meanwhile
+    with LandingWriter(root) as w:  # and a new segment appears
+        w.append_many_blocking(_notification(i) for i in range(16, 20))
+    # The next one is asked for while the first waits or executes: past the first one's ranges.
+    second = _past(p, {n: r[1] for n, r in first.ranges.items()})
+    # The first run dies after the events (its sinks never ran); more lands; it is run again.
+    p.run(first, assets=[message_store, ngsi_events], extends=True)
+    assert len(p.lake_rows(spark)["message_store"]) == 20
+    with LandingWriter(root) as w:
+        w.append_many_blocking(_notification(i) for i in range(20, 24))
+    p.run(first, extends=True)
+    assert sorted(r[0] for r in p.lake_rows(spark)["message_store"]) == [f"m{i:04d}" for i in range(20)]
+    # The second: its own ranges were all taken by the first; it takes what landed since.
+    p.run(second, extends=True)
+    assert sorted(r[0] for r in p.lake_rows(spark)["message_store"]) == [f"m{i:04d}" for i in range(24)]
+    # One asked for past the second one's ranges finds everything taken: it adds nothing.
+    p.run(_past(p, {n: r[1] for n, r in second.ranges.items()}), extends=True)
+    lake, sql = p.lake_rows(spark), p.sql_rows()
+    assert sorted(r[0] for r in lake["message_store"]) == [f"m{i:04d}" for i in range(24)]
+    p.drop_tables()
+    assert (lake, sql) == whole_hour(spark, tmp_path, sink)
+
+
+def test_an_extending_increment_retried_after_the_next_one_equals_an_uninterrupted_run(
+    spark: SparkSession, tmp_path: Path, sink: Sink
+) -> None:
+    """A run killed after its rows were in but before their ranges were recorded; the next increment
+    runs before its retry and takes those lines again; the retry then keeps only what the next one
+    did not take, so nothing is stored twice."""
+    root = tmp_path / "landing"
+    p = Platform(tmp_path, sink, "retried")
+    with LandingWriter(root) as w:
+        w.append_many_blocking(_notification(i) for i in range(8))
+        first = _past(p, {})
+        w.append_many_blocking(_notification(i) for i in range(8, 14))
+    before = p.lake.read_hour_file("message_store", HOUR_KEY, POSITIONS_FILE)
+    p.run(first, assets=[message_store], extends=True)
+    p.lake.write_hour_file("message_store", HOUR_KEY, POSITIONS_FILE, before or "{}")  # its record never written
+    with LandingWriter(root) as w:
+        w.append_many_blocking(_notification(i) for i in range(14, 18))
+    p.run(_past(p, {n: r[1] for n, r in first.ranges.items()}), extends=True)
+    p.run(first, extends=True)
+    lake, sql = p.lake_rows(spark), p.sql_rows()
+    assert sorted(r[0] for r in lake["message_store"]) == [f"m{i:04d}" for i in range(18)]
+    p.drop_tables()
+    assert (lake, sql) == whole_hour(spark, tmp_path, sink)
+
+
 def test_stored_ranges_are_merged_and_subtracted() -> None:
     stored = advanced({}, [("s", 0, 10), ("s", 20, 30)])
     assert stored == {"s": [(0, 10), (20, 30)]}
@@ -225,6 +298,23 @@ def test_stored_ranges_are_merged_and_subtracted() -> None:
     assert advanced(stored, [("s", 10, 20)]) == {"s": [(0, 30)]}
     assert unread_ranges({"s": (0, 30)}, advanced(stored, [("s", 10, 20)])) == []
     assert parse_positions(positions_text(stored)) == stored
+
+
+def test_an_extending_increment_grows_past_its_ranges_and_the_stored_ones() -> None:
+    stored = {"s": [(0, 10), (20, 30)], "old": [(0, 50)]}
+    ranges = {"s": (30, 40)}
+    # Looked for past its own range in its segments, past the last stored range in the others.
+    assert reach(stored, ranges) == {"s": 40, "old": 50}
+    landed = {"s": [40, 70], "old": [50, 60], "new": [0, 5]}
+    grown = extended(ranges, landed)
+    assert grown == {"s": (30, 70), "old": (50, 60), "new": (0, 5)}
+    assert unread_ranges(grown, stored) == [("new", 0, 5), ("old", 50, 60), ("s", 30, 70)]
+    assert extended(ranges, {}) == {"s": (30, 40)}  # nothing landed since: its own ranges
+    claim = [("s", 30, 70), ("new", 0, 5)]
+    assert parse_claim(claim_text(claim)) == claim
+    assert claim_file("0a1b") == "_claim-0a1b.json"
+    with pytest.raises(ValueError, match="bad increment id"):
+        claim_file("../x")
 
 
 def test_an_increment_after_a_whole_hour_run_adds_only_unread_lines(
