@@ -265,8 +265,8 @@ def plan_landing_runs(
     increment_hour = None
     # One increment executes, the next waits: it starts as soon as the lane is free (no sensor tick
     # in between) and, growing to what landed by then, leaves nothing that landed while it waited
-    # to the run after it. Its ranges may overlap what the executing run grew to: each takes only
-    # what nothing stored or claimed before it (``ingest._claim``).
+    # to the run after it. Its ranges may overlap what the executing run grew to: it takes only
+    # what is not stored when it starts (``ingest._claim``).
     if todo and not open_runs.ingest_waiting:
         increment_hour = min(todo)
         inc = Increment.of(todo[increment_hour])

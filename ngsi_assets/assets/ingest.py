@@ -120,7 +120,12 @@ def _claim(
 ) -> list[tuple[str, int, int]]:
     """What an extending increment takes: its ranges, grown by what landed in the hour since it was
     asked for, less what is stored. Written once, before any row, so a rerun takes exactly the same
-    (a rerun that grew again could replace the increment's stored rows with only the newest lines)."""
+    (a rerun that grew again could replace the increment's stored rows with only the newest lines).
+
+    An earlier increment killed after its rows were in but before its positions were written may
+    have taken some of the same lines: its retry then stores only what is still unread, so a line is
+    stored twice only until that retry (or the hour's repair) runs.
+    """
     name = claim_file(inc.id)
     text = lake.read_hour_file("message_store", key, name)
     if text is not None:
