@@ -267,6 +267,13 @@ def computed_once(*frames: DataFrame) -> tuple[DataFrame, ...]:
     return tuple(kept.where(F.col("_frame") == i).select(f"_f{i}.*") for i in range(len(frames)))
 
 
+def row_count(df: DataFrame) -> DataFrame:
+    """``df``'s row count as a one-row frame (column ``n``): a count for ``collect_small``."""
+    from pyspark.sql import functions as F
+
+    return df.agg(F.count("*").alias("n"))
+
+
 def collect_small(**frames: DataFrame) -> dict[str, list[Row]]:
     """The rows of several small frames, fetched in one Spark job: ``{name: rows}``.
 

@@ -39,7 +39,7 @@ from ngsi_assets.transforms.ngsi_events import ngsi_event_rejects, ngsi_messages
 from ngsi_assets.transforms.schemas import MESSAGE_STORE, NGSI_EVENT_REJECTS, NGSI_EVENTS
 from resources.lake import PARTITION_COLUMN, FolderWrite, LakeResource, key_to_dt
 from resources.landing import LandingZoneResource
-from resources.spark import collect_small
+from resources.spark import collect_small, row_count
 
 GROUP = "ingest"
 PREVIEW_ROWS = 10
@@ -68,11 +68,6 @@ def _breakdown(counts: Sequence[Row], *columns: str) -> dict[str, dict[str, int]
             key = str(row[c])
             out[c][key] = out[c].get(key, 0) + int(row["count"])
     return out
-
-
-def _count(df: DataFrame) -> DataFrame:
-    """``df``'s row count as a one-row frame (column ``n``), for ``collect_small``."""
-    return df.agg(F.count("*").alias("n"))
 
 
 def _count_lines(lines: DataFrame) -> tuple[int, bool]:
@@ -206,7 +201,7 @@ def message_store(
     preview_columns = ["message_identifier", "source_entity", "effective_timestamp", "status", "service", "format"]
     summary_frames = {
         "counts": stored.groupBy("status", "format").count(),
-        "ids": _count(stored.select("message_identifier").distinct()),
+        "ids": row_count(stored.select("message_identifier").distinct()),
         "preview": _preview_rows(stored, preview_columns),
     }
     if has_guids:
@@ -338,8 +333,8 @@ def ngsi_events(
         counts=events.withColumn("_null_keys", null_key.cast("int"))
         .groupBy("timeIndexSource", "fiwareService", "_null_keys")
         .count(),
-        rejects=_count(rejects),
-        unaccounted=_count(unaccounted),
+        rejects=row_count(rejects),
+        unaccounted=row_count(unaccounted),
         examples=unaccounted.limit(5),
         preview=_preview_rows(events, preview_columns),
     )

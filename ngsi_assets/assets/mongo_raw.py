@@ -12,7 +12,6 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 from pyspark import StorageLevel
-from pyspark.sql import functions as F
 
 from ngsi_assets.assets.ingest import events_of_run, ngsi_events
 from ngsi_assets.partitions import hourly_partitions
@@ -21,7 +20,7 @@ from ngsi_assets.transforms.mongo_raw import MONGO_RAW_REJECTS, classify_raw, ra
 from resources.lake import LakeResource
 from resources.mongo import MongoResource
 from resources.mongo_raw import ENABLED_ENV, MongoRawSinkResource
-from resources.spark import collect_small
+from resources.spark import collect_small, row_count
 
 REJECTS = "mongo_raw_rejects"
 # Collections listed one by one in the metadata; the rest are summed up.
@@ -82,9 +81,7 @@ def mongo_raw(
             stored_rejects = lake.read_increment(session, REJECTS, MONGO_RAW_REJECTS, hour, inc.id)
         rows = raw_rows(classified, config).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            found = collect_small(
-                reasons=stored_rejects.groupBy("reason").count().limit(50), shaped=rows.agg(F.count("*").alias("n"))
-            )
+            found = collect_small(reasons=stored_rejects.groupBy("reason").count().limit(50), shaped=row_count(rows))
             by_reason = {r["reason"]: int(r["count"]) for r in found["reasons"]}
             shaped = found["shaped"][0]["n"]
             written = write_raw(rows, url, config)

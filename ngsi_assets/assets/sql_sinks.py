@@ -37,7 +37,7 @@ from ngsi_assets.transforms.sql_sinks import (
     writer_order,
 )
 from resources.lake import LakeResource, key_to_dt
-from resources.spark import collect_small, computed_once
+from resources.spark import collect_small, computed_once, row_count
 from resources.sql_sinks import SqlSinksResource
 
 GROUP = "sql_sinks"
@@ -196,7 +196,7 @@ def historic_tables(
     lake dataset `historic_table_rejects` with the reason.
     """
     metadata, results, skipped = _run_sink(
-        context, spark, lake, sql_sinks, HISTORIC, lambda _cfg, rows: rows.agg(F.count("*").alias("n"))
+        context, spark, lake, sql_sinks, HISTORIC, lambda _cfg, rows: row_count(rows)
     )
     if skipped:
         return MaterializeResult(

@@ -51,7 +51,7 @@ from ngsi_assets.transforms.sth import (
 from resources.lake import FolderWrite, LakeResource, key_to_dt
 from resources.mongo import MongoResource
 from resources.parallel import results, side_by_side
-from resources.spark import collect_small
+from resources.spark import collect_small, row_count
 from resources.sth_mongo import STHSinkResource
 
 GROUP = "sth"
@@ -273,13 +273,13 @@ def _materialize(
             "rejected": documents.where(F.col("action") == ACTION_REJECT)
             .select("database", "collection", "reason")
             .limit(EXAMPLES),
-            "mixed": documents.where(F.col("numeric") & F.col("text")).agg(F.count("*").alias("n")),
-            "unaccounted": unaccounted.agg(F.count("*").alias("n")),
+            "mixed": row_count(documents.where(F.col("numeric") & F.col("text"))),
+            "unaccounted": row_count(unaccounted),
             "unaccounted_examples": unaccounted.limit(EXAMPLES),
         }
         if both:
             mismatches = day_hour_mismatches(documents)
-            checks["mismatches"] = mismatches.agg(F.count("*").alias("n"))
+            checks["mismatches"] = row_count(mismatches)
             checks["mismatch_examples"] = mismatches.limit(EXAMPLES)
         # Metadata and checks in one Spark job: each collect of its own costs a round trip and a planning.
         found = collect_small(**checks)
