@@ -291,7 +291,7 @@ def landing_ticks(home: Path) -> dict[str, Any]:
     return {}
 
 
-def derived_runs_detail(home: Path) -> dict[str, Any]:
+def derived_runs_detail(home: Path, since: float) -> dict[str, Any]:
     """The derived runs' median seconds per step, how each asset that says so (``folded`` metadata)
     folded (how many runs folded the hour whole, new increments only, or nothing new), and how many
     keys ``versioned_entities`` folded on from their latest version."""
@@ -312,8 +312,17 @@ def derived_runs_detail(home: Path) -> dict[str, Any]:
                     per_kind[kind] = per_kind.get(kind, 0) + 1
                 latest = materialization.metadata.get("keys_folded_from_latest_version")
                 from_latest += int(latest.value) if latest is not None else 0
+    with DagsterInstance.from_config(str(home)) as instance:
+        starts = {r.dagster_run.run_id: r.start_time for r in instance.get_run_records() if r.start_time}
     return {
         "steps_median_s": steps_median(home, run_ids),
+        # Each run in start order: when it started (seconds since the traffic began) and its steps, to
+        # see a cost that grows with what the hour or the lake holds.
+        "runs": sorted(
+            (round(starts[run_id] - since), {k: round(v, 1) for k, v in step_seconds(home, run_id).items()})
+            for run_id in run_ids
+            if run_id in starts
+        ),
         "folds": folds,
         "keys_from_latest_version": from_latest,
     }
@@ -487,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_busy_mean": statistics.mean(cpu_during) if cpu_during else None,
             "caught_up_after_traffic_s": round(drain_s) if drained else None,
             "completeness": complete,
-            "derived": derived_runs_detail(home),
+            "derived": derived_runs_detail(home, started),
             # Where an increment's share of freshness goes.
             "increment_steps_median_s": steps_median(home, job_run_ids(home, "ngsi_increment_job")),
             "landing_ticks": landing_ticks(home),
@@ -557,6 +566,13 @@ def render(r: dict[str, Any]) -> str:
                     for asset, kinds in sorted(r["derived"]["folds"].items())
                 )
                 + f"; keys folded on from their latest version: {r['derived'].get('keys_from_latest_version', 0)}.",
+                "",
+                "Derived runs one by one (start, seconds since traffic began: steps in seconds): "
+                + "; ".join(
+                    f"{t}s: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(steps.items()))
+                    for t, steps in r["derived"].get("runs", [])
+                )
+                + ".",
             ]
             if r.get("derived")
             else []
