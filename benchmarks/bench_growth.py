@@ -17,7 +17,12 @@ Each run is a Dagster run of the platform's own jobs in a fresh process; its tim
 - **History age.** For each of ``--days``: a fresh lake gets that many days of generated history (the
   same cars every hour, ``--history-per-hour`` notifications an hour), backfilled as one run; then the
   next hour (the same size as above) is run whole and, on top of it, as an increment of 1% new keys
-  plus its derived run. Target: after 30 days each costs at most 1.2x what it costs after 1 day.
+  plus its derived run, then as an increment of 1% of its keys that have history (in-order updates at
+  the hour's end) plus its derived run: the buckets a derived run rewrites hold those keys' history.
+  Target: after 30 days each costs at most 1.2x what it costs after 1 day.
+
+Each incremental path is done ``--repeat`` times, 1% more each time, and reported as the median run:
+one run alone is noisy on a shared 2-core machine.
 """
 
 from __future__ import annotations
@@ -52,17 +57,27 @@ def hour_key(ms: int) -> str:
     return time.strftime("%Y-%m-%d-%H:00", time.gmtime(ms / 1000))
 
 
-def land(root: Path, hour_ms: int, cars: range, per_car: int, first_seq: int = 0, last_seconds: bool = False) -> None:
-    """``per_car`` notifications of each car in ``cars`` spread over the hour, in time order.
+# Where in its hour a notification is received: spread over the hour, or the r-th of n slices of its
+# last 29 s, after everything received in it before (in-order updates of cars the hour already has).
+SPREAD = (30_000, HOUR_MS - 60_000)
 
-    ``last_seconds``: in the hour's last 30 s instead, after everything landed in it before (in-order
-    updates of cars the hour already has)."""
+
+def end_slice(r: int, n: int) -> tuple[int, int]:
+    width = 29_000 // n
+    return HOUR_MS - 29_000 + r * width, width
+
+
+def land(
+    root: Path, hour_ms: int, cars: range, per_car: int, first_seq: int = 0, window: tuple[int, int] = SPREAD
+) -> None:
+    """``per_car`` notifications of each car in ``cars``, in time order over ``window`` (offset into the
+    hour and length, ms)."""
     from ngsi_assets.ingest.landing import LandingWriter
     from ngsi_assets.ngsi.envelope import Envelope
 
     total = len(cars) * per_car
-    start = hour_ms + (HOUR_MS - 29_000 if last_seconds else 30_000)
-    step = max(1, (29_000 if last_seconds else HOUR_MS - 60_000) // max(total, 1))
+    start = hour_ms + window[0]
+    step = max(1, window[1] // max(total, 1))
 
     def envelopes():  # noqa: ANN202
         for i in range(total):
@@ -134,32 +149,48 @@ class Lab:
 
 
 def incremental_path(
-    env: dict[str, str], landing: Path, hour_ms: int, keys: int, per_key: int, known_from_seq: int | None = None
+    env: dict[str, str],
+    landing: Path,
+    hour_ms: int,
+    keys: int,
+    per_key: int,
+    repeat: int,
+    known_from_seq: int | None = None,
 ) -> dict[str, dict]:
-    """Land 1% of ``keys`` into an hour already materialized; run its increment, then its derived run.
+    """``repeat`` times: land 1% of ``keys`` more into an hour already materialized, run its increment,
+    then its derived run. Each run's time is the median over the repeats (one run is noisy here: the
+    same derived run took 16 s and 29 s); ``runs`` lists them all.
 
-    The 1% are new keys, or (``known_from_seq``) the hour's first keys again, notified after all they
+    The 1% are new keys each time, or (``known_from_seq``) the hour's first keys, notified after all they
     had, from that sequence number on: in-order updates of keys with history."""
-    seen = {name: end for name, (_, end) in landed_after(landing, hour_ms, {}).items()}
     new = max(1, keys // 100)
-    if known_from_seq is None:
-        land(landing, hour_ms, range(keys, keys + new), per_key)
-    else:
-        land(landing, hour_ms, range(new), per_key, first_seq=known_from_seq, last_seconds=True)
-    ranges = landed_after(landing, hour_ms, seen)
     key = hour_key(hour_ms)
-    inc = run_job(env, "ngsi_increment_job", key, increment=ranges)
-    derived = run_job(env, "ngsi_derived_job", key, derived=True)
-    return {"increment": inc, "derived": derived}
+    incs, deriveds = [], []
+    for r in range(repeat):
+        seen = {name: end for name, (_, end) in landed_after(landing, hour_ms, {}).items()}
+        if known_from_seq is None:
+            land(landing, hour_ms, range(keys + r * new, keys + (r + 1) * new), per_key)
+        else:
+            first = known_from_seq + r * per_key
+            land(landing, hour_ms, range(new), per_key, first_seq=first, window=end_slice(r, repeat))
+        incs.append(run_job(env, "ngsi_increment_job", key, increment=landed_after(landing, hour_ms, seen)))
+        deriveds.append(run_job(env, "ngsi_derived_job", key, derived=True))
+    return {"increment": median_run(incs), "derived": median_run(deriveds)}
 
 
-def one_percent(lab: Lab, keys: int, per_key: int) -> dict[str, Any]:
+def median_run(runs: list[dict]) -> dict:
+    """The run of median time (the lower middle one for an even count), with every run's seconds."""
+    ordered = sorted(runs, key=lambda r: r["seconds"])
+    return {**ordered[(len(ordered) - 1) // 2], "runs": [round(r["seconds"], 1) for r in runs]}
+
+
+def one_percent(lab: Lab, keys: int, per_key: int, repeat: int) -> dict[str, Any]:
     hour = MEASURED_HOUR_MS
     key = hour_key(hour)
     env, landing = lab.platform("one-percent")
     land(landing, hour, range(keys), per_key)
     base = run_job(env, "ngsi_ingest_job", key)
-    path = incremental_path(env, landing, hour, keys, per_key)
+    path = incremental_path(env, landing, hour, keys, per_key, repeat)
     # The full run of the same hour (all its data, the 1% included) on a fresh lake.
     full_env, full_landing = lab.platform("full")
     shutil.rmtree(full_landing)
@@ -168,7 +199,9 @@ def one_percent(lab: Lab, keys: int, per_key: int) -> dict[str, Any]:
     return {"base": base, "full": full, **path}
 
 
-def history_age(lab: Lab, days: int, history_keys: int, history_per_hour: int, keys: int, per_key: int) -> dict:
+def history_age(
+    lab: Lab, days: int, history_keys: int, history_per_hour: int, keys: int, per_key: int, repeat: int
+) -> dict:
     measured = MEASURED_HOUR_MS
     env, landing = lab.platform(f"history-{days}d")
     hours = days * 24
@@ -181,10 +214,10 @@ def history_age(lab: Lab, days: int, history_keys: int, history_per_hour: int, k
     backfill["wall"] = time.monotonic() - started
     land(landing, measured, range(keys), per_key, first_seq=hours * per_car)
     whole = run_job(env, "ngsi_ingest_job", hour_key(measured))
-    path = incremental_path(env, landing, measured, keys, per_key)
+    path = incremental_path(env, landing, measured, keys, per_key, repeat)
     # The same 1% of keys, now cars with history: their records and versions are what a derived run
     # rewrites, so this is where the history's age can show.
-    known = incremental_path(env, landing, measured, keys, per_key, known_from_seq=hours * per_car + per_key)
+    known = incremental_path(env, landing, measured, keys, per_key, repeat, known_from_seq=hours * per_car + per_key)
     return {
         "days": days,
         "backfill": backfill,
@@ -199,6 +232,10 @@ def fmt_steps(steps: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.1f}" for k, v in sorted(steps.items(), key=lambda kv: -kv[1]))
 
 
+def runs(median: dict) -> str:
+    return "[" + ", ".join(f"{s:.1f}" for s in median.get("runs", [])) + "]"
+
+
 def render(args: argparse.Namespace, one: dict[str, Any], ages: list[dict[str, Any]], machine: str) -> str:
     keys, per_key = args.keys, args.per_key
     new = max(1, keys // 100)
@@ -208,20 +245,23 @@ def render(args: argparse.Namespace, one: dict[str, Any], ages: list[dict[str, A
         f"Machine: {machine}.",
         "",
         f"`benchmarks/bench_growth.py --keys {keys} --per-key {per_key} --days {' '.join(map(str, args.days))} "
-        f"--history-keys {args.history_keys} --history-per-hour {args.history_per_hour}`: one warm Spark Connect "
-        "server, PostgreSQL and MariaDB (historic and last data, dm-by-entity-type), STH in the lake. Run times "
-        "exclude process start.",
+        f"--history-keys {args.history_keys} --history-per-hour {args.history_per_hour} --repeat {args.repeat}`: "
+        "one warm Spark Connect server, PostgreSQL and MariaDB (historic and last data, dm-by-entity-type), STH "
+        f"in the lake. Run times exclude process start. Every incremental path is done {args.repeat} times "
+        "(each time 1% more) and its runs are the median; each run's times are in brackets.",
         "",
         f"**1% new keys.** An hour of {keys} cars x {per_key} notifications ({keys * per_key}), then {new} new cars "
-        f"({new * per_key} notifications) processed as continuous mode does.",
+        f"({new * per_key} notifications) processed as continuous mode does, {args.repeat} times; the full run is "
+        f"of the whole hour at the end ({(keys + args.repeat * new) * per_key} notifications).",
         "",
         "| run | seconds | share of the full run | steps (s) |",
         "|---|---|---|---|",
         f"| full run of the hour (`ngsi_ingest_job`, fresh lake) | {full:.1f} | 100% "
         f"| {fmt_steps(one['full']['steps'])} |",
-        f"| increment of the 1% (`ngsi_increment_job`) | {inc:.1f} | {100 * inc / full:.0f}% "
+        f"| increment of the 1% (`ngsi_increment_job`) {runs(one['increment'])} | {inc:.1f} | {100 * inc / full:.0f}% "
         f"| {fmt_steps(one['increment']['steps'])} |",
-        f"| the hour's derived run after it (`ngsi_derived_job`) | {der:.1f} | {100 * der / full:.0f}% "
+        f"| the hour's derived run after it (`ngsi_derived_job`) {runs(one['derived'])} | {der:.1f} "
+        f"| {100 * der / full:.0f}% "
         f"| {fmt_steps(one['derived']['steps'])} |",
         f"| increment + derived | {inc + der:.1f} | {100 * (inc + der) / full:.0f}% | |",
         "",
@@ -237,8 +277,9 @@ def render(args: argparse.Namespace, one: dict[str, Any], ages: list[dict[str, A
     for a in ages:
         lines.append(
             f"| {a['days']} day(s) | {a['backfill']['seconds']:.1f} | {a['whole']['seconds']:.1f} | "
-            f"{a['increment']['seconds']:.1f} / {a['derived']['seconds']:.1f} | "
-            f"{a['known_increment']['seconds']:.1f} / {a['known_derived']['seconds']:.1f} |"
+            f"{a['increment']['seconds']:.1f} {runs(a['increment'])} / {a['derived']['seconds']:.1f} "
+            f"{runs(a['derived'])} | {a['known_increment']['seconds']:.1f} {runs(a['known_increment'])} / "
+            f"{a['known_derived']['seconds']:.1f} {runs(a['known_derived'])} |"
         )
     if len(ages) >= 2:
         lo, hi = ages[0], ages[-1]
@@ -271,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, nargs="+", default=[1, 30])
     parser.add_argument("--history-keys", type=int, default=60)
     parser.add_argument("--history-per-hour", type=int, default=120)
+    parser.add_argument("--repeat", type=int, default=3, help="incremental paths per experiment (medians)")
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args(argv)
     if args.child:
@@ -297,11 +339,11 @@ def main(argv: list[str] | None = None) -> int:
         land(warm_landing, MEASURED_HOUR_MS - 40 * 24 * HOUR_MS, range(50), 4)
         run_job(warm_env, "ngsi_ingest_job", hour_key(MEASURED_HOUR_MS - 40 * 24 * HOUR_MS))
         print("warmed up", flush=True)
-        one = one_percent(lab, args.keys, args.per_key)
+        one = one_percent(lab, args.keys, args.per_key, args.repeat)
         print(json.dumps({k: v["seconds"] for k, v in one.items()}), flush=True)
         ages = []
         for days in args.days:
-            a = history_age(lab, days, args.history_keys, args.history_per_hour, args.keys, args.per_key)
+            a = history_age(lab, days, args.history_keys, args.history_per_hour, args.keys, args.per_key, args.repeat)
             print(json.dumps({k: v["seconds"] for k, v in a.items() if isinstance(v, dict)}), flush=True)
             ages.append(a)
         block = render(args, one, ages, describe_machine())
