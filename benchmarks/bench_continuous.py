@@ -415,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
             extra["NGSI_DERIVED_SIDE_BY_SIDE"] = str(args.derived_side_by_side)
         env = platform_env(home, landing, lake, extra)
         bin_dir = Path(sys.executable).parent
+        # The instance's SQLite storage created once, before the daemon and this process's sampler open
+        # it side by side: two first openings at once can stamp its version twice, and every later
+        # opening then fails (dagster-io/dagster#27390; it cost a 300/s run its results).
+        subprocess.run([str(bin_dir / "dagster"), "instance", "migrate"], env=env, check=True, capture_output=True)
         rport = free_port()
         rlog = work / "receiver.log"
         receiver = subprocess.Popen(
@@ -458,8 +462,16 @@ def main(argv: list[str] | None = None) -> int:
         for t in watchers:
             t.join(timeout=30)
         fresh = freshness(obs)
-        runs = runs_summary(home)
         complete = completeness(obs, lake, pg_url, my_db_url, args.cars)
+        # The figures that need no Dagster instance first, so a failure reading it loses less.
+        if fresh:
+            print(
+                f"freshness p50 / p95 / max: {pct(fresh, 50):.1f} / {pct(fresh, 95):.1f} / {max(fresh):.1f} s; "
+                f"caught up after {round(drain_s) if drained else 'not'} s; everything in every table: "
+                f"{complete['everything_in_every_table']}",
+                flush=True,
+            )
+        runs = runs_summary(home)
         during = [(w, e) for t, w, e in obs.queue if started <= t <= traffic_end]
         durations = [d for _, d, _ in runs]
         result = {

@@ -18,6 +18,10 @@ export NGSI_LAKE_ROOT=${NGSI_LAKE_ROOT:-$NGSI_DATA_ROOT/lake}
 export DAGSTER_HOME=${DAGSTER_HOME:-$(pwd)/.dagster_home}
 mkdir -p "$DAGSTER_HOME" "$NGSI_LANDING_ROOT" "$NGSI_DATA_ROOT"
 [[ -f $DAGSTER_HOME/dagster.yaml ]] || cp dagster.yaml "$DAGSTER_HOME/dagster.yaml"
+# The instance's storage created (or migrated after a Dagster upgrade) once, before the UI and the
+# daemon open it side by side: two first openings of a fresh SQLite storage at once can stamp its
+# version twice, after which every opening fails (dagster-io/dagster#27390).
+.venv/bin/dagster instance migrate >/dev/null
 
 # Each service in a process group of its own, stopped group by group (politely, then by force) when
 # this script ends, however it ends: a launcher script's JVM and dagster dev's children go with them.
