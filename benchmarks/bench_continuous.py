@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,11 +255,11 @@ def runs_summary(home: Path) -> list[tuple[str, float, str]]:
     return out
 
 
-def steps_median(home: Path, run_ids: list[str]) -> dict[str, float]:
-    """The runs' median seconds per step (over the runs that have the step)."""
+def steps_median(per_run: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """The median seconds per step over runs' step times (``step_seconds``; over the runs that have the step)."""
     steps: dict[str, list[float]] = {}
-    for run_id in run_ids:
-        for step, seconds in step_seconds(home, run_id).items():
+    for run_steps in per_run:
+        for step, seconds in run_steps.items():
             steps.setdefault(step, []).append(seconds)
     return {k: round(statistics.median(v), 1) for k, v in steps.items()}
 
@@ -300,7 +301,9 @@ def derived_runs_detail(home: Path, since: float) -> dict[str, Any]:
     folds: dict[str, dict[str, int]] = {}
     from_latest = 0
     run_ids = job_run_ids(home, "ngsi_derived_job")
+    steps = {run_id: step_seconds(home, run_id) for run_id in run_ids}
     with DagsterInstance.from_config(str(home)) as instance:
+        starts = {r.dagster_run.run_id: r.start_time for r in instance.get_run_records() if r.start_time}
         for run_id in run_ids:
             for record in instance.all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION):
                 materialization = record.dagster_event.event_specific_data.materialization
@@ -312,14 +315,12 @@ def derived_runs_detail(home: Path, since: float) -> dict[str, Any]:
                     per_kind[kind] = per_kind.get(kind, 0) + 1
                 latest = materialization.metadata.get("keys_folded_from_latest_version")
                 from_latest += int(latest.value) if latest is not None else 0
-    with DagsterInstance.from_config(str(home)) as instance:
-        starts = {r.dagster_run.run_id: r.start_time for r in instance.get_run_records() if r.start_time}
     return {
-        "steps_median_s": steps_median(home, run_ids),
+        "steps_median_s": steps_median(steps.values()),
         # Each run in start order: when it started (seconds since the traffic began) and its steps, to
         # see a cost that grows with what the hour or the lake holds.
         "runs": sorted(
-            (round(starts[run_id] - since), {k: round(v, 1) for k, v in step_seconds(home, run_id).items()})
+            (round(starts[run_id] - since), {k: round(v, 1) for k, v in steps[run_id].items()})
             for run_id in run_ids
             if run_id in starts
         ),
@@ -510,7 +511,9 @@ def main(argv: list[str] | None = None) -> int:
             "completeness": complete,
             "derived": derived_runs_detail(home, started),
             # Where an increment's share of freshness goes.
-            "increment_steps_median_s": steps_median(home, job_run_ids(home, "ngsi_increment_job")),
+            "increment_steps_median_s": steps_median(
+                step_seconds(home, run_id) for run_id in job_run_ids(home, "ngsi_increment_job")
+            ),
             "landing_ticks": landing_ticks(home),
         }
         print(json.dumps(result, indent=2), flush=True)
