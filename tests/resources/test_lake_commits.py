@@ -24,6 +24,8 @@ from resources.lake import (
     COMMITS,
     STAGING,
     STALE_COMMIT_S,
+    FileSplit,
+    FolderAdd,
     FolderWrite,
     LakeFiles,
     LakeResource,
@@ -215,6 +217,106 @@ def test_append_increment_killed_at_any_file_operation_reads_as_finished(
         assert rows(lake) == expected
         break
     assert k > 3
+
+
+def _split_buckets(spark: SparkSession, lake: LakeResource) -> None:
+    """Buckets 0..2 of ``state/pg`` written whole, the rows with an even ``k`` number in ``open-`` files."""
+    rows = [(f"k{i}", 1, i % 3, i % 2 == 0) for i in range(6)]
+    df = spark.createDataFrame(rows, "k string, v int, bucket int, even boolean")
+    lake.replace_together(
+        [FolderWrite(df, "state", "bucket", [0, 1, 2], subfolder="pg", split=FileSplit("even", "open-"))]
+    )
+
+
+def _files(lake: LakeResource) -> dict[str, list[str]]:
+    return {
+        b: sorted(n.split("-")[0] for n in names)
+        for b, names in lake.folder_file_names("state", "bucket", [0, 1, 2], subfolder="pg").items()
+    }
+
+
+@pytest.mark.spark
+def test_a_split_write_keeps_the_flagged_rows_in_files_of_their_own(spark: SparkSession, tmp_path: Path) -> None:
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    _split_buckets(spark, lake)
+    assert _bucket_rows(spark, lake) == sorted((f"k{i}", 1, i % 3) for i in range(6))
+    names = lake.folder_file_names("state", "bucket", [0, 1, 2], subfolder="pg")
+    opened = {b: [n for n in v if n.startswith("open-")] for b, v in names.items()}
+    assert all(len(v) == 1 for v in opened.values()), names
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    schema = StructType(
+        [StructField("k", StringType()), StructField("v", IntegerType()), StructField("bucket", IntegerType())]
+    )
+    df = lake.read_folder_files(spark, "state", "bucket", opened, schema, subfolder="pg")
+    assert df is not None and "even" not in df.columns
+    assert sorted(tuple(r) for r in df.collect()) == sorted((f"k{i}", 1, i % 3) for i in range(0, 6, 2))
+    assert not (tmp_path / "lake" / "state" / "pg" / "bucket=0" / "even=true").exists()
+
+
+@pytest.mark.parametrize("prefix", ["", "open", "part-", "inc-", "_x-", ".x-", "a/b-", "-"])
+def test_a_file_prefix_that_could_clash_with_other_files_is_refused(prefix: str) -> None:
+    with pytest.raises(ValueError, match="bad file prefix"):
+        FileSplit("c", prefix)
+    with pytest.raises(ValueError, match="bad file prefix"):
+        FolderAdd([], "state", "bucket", [0], remove_prefixes=(prefix,))
+
+
+def _add(spark: SparkSession, lake: LakeResource) -> None:
+    """Replace the open rows of buckets 0 and 1 (v 2) and add a delta file of new rows to bucket 1."""
+    opened = spark.createDataFrame([("k0", 2, 0), ("k4", 2, 1)], "k string, v int, bucket int")
+    delta = spark.createDataFrame([("d1", 3, 1)], "k string, v int, bucket int")
+    lake.add_to_folders(
+        FolderAdd(
+            [(delta, "delta-ab-"), (opened, "open-")],
+            "state",
+            "bucket",
+            [0, 1],
+            subfolder="pg",
+            remove_prefixes=("open-", "delta-ab-"),
+        )
+    )
+
+
+@pytest.mark.spark
+def test_add_to_folders_replaces_the_named_files_and_leaves_the_others(spark: SparkSession, tmp_path: Path) -> None:
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    _split_buckets(spark, lake)
+    expected = sorted(
+        [("k0", 2, 0), ("k4", 2, 1), ("d1", 3, 1), ("k1", 1, 1), ("k3", 1, 0), ("k5", 1, 2), ("k2", 1, 2)]
+    )
+    _add(spark, lake)
+    assert _bucket_rows(spark, lake) == expected
+    _add(spark, lake)  # again: the same files replaced, nothing twice
+    assert _bucket_rows(spark, lake) == expected
+    assert _files(lake) == {"0": ["open", "part"], "1": ["delta", "open", "part"], "2": ["open", "part"]}
+
+
+@pytest.mark.spark
+def test_add_to_folders_killed_at_any_file_operation_reads_as_finished(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reference = LakeResource(root=str(tmp_path / "ref"))
+    _split_buckets(spark, reference)
+    _add(spark, reference)
+    expected = _bucket_rows(spark, reference)
+    k = 1
+    while True:
+        lake = LakeResource(root=str(tmp_path / f"cut{k}"))
+        _split_buckets(spark, lake)
+        dying = DyingFiles(die_at=k)
+        monkeypatch.setattr(LakeResource, "files", lambda self, f=dying: f)
+        try:
+            _add(spark, lake)
+        except Killed:
+            monkeypatch.undo()
+            assert _bucket_rows(spark, lake) == expected, f"killed at file operation {k}"
+            assert _files(lake) == _files(reference), f"killed at file operation {k}"
+            k += 1
+            continue
+        monkeypatch.undo()
+        break
+    assert k > 4  # two open files removed, three files moved in, two stagings removed
 
 
 # -- a real SIGKILL, another process recovering ------------------------------------------------------
