@@ -85,7 +85,7 @@ from ngsi_assets.transforms.versioned_entities import (
     typed_versions,
     union_all,
 )
-from resources.lake import PARTITION_COLUMN, FolderWrite, LakeResource, key_to_dt
+from resources.lake import PARTITION_COLUMN, FileSplit, FolderAdd, FolderWrite, LakeResource, key_to_dt
 from resources.parallel import DEFAULT_WORKERS, results, side_by_side
 from resources.versioning import VersioningResource
 
@@ -98,6 +98,14 @@ INDEX_DS = "entity_record_index"
 ERRORS_DS = "entity_record_errors"
 LOG_DS = "message_log"
 BUCKET = "bucket"
+# A bucket of versioned_entities keeps its open rows (one per key) in files named ``open-...``; a batch
+# whose keys all go on from their latest version adds its closed versions as ``delta-<batch>-...``
+# files and writes the open ones again, and ``entity_records`` gets its records the same way. A batch
+# that finds ``MAX_DELTAS`` batches' files in a bucket rewrites it whole, which folds them in.
+OPEN_PREFIX = "open-"
+DELTA_PREFIX = "delta-"
+MAX_DELTAS = 24
+_OPEN = "_open"
 INDEX = StructType([StructField("entity", StringType(), False), StructField(BUCKET, IntegerType(), False)])
 
 Fields = dict[str, FieldDef | None]  # a table's business fields; None: text of a default NGSI entity
@@ -122,6 +130,7 @@ class EntityOutcome:
     name: str
     records: int
     buckets_rewritten: int
+    buckets_appended: int = 0  # buckets the run added its versions to, without rewriting their history
     rows_in_rewritten_buckets: int = 0
     overlapping: int = 0
     open_rows_not_one: int = 0
@@ -393,17 +402,19 @@ class VersioningRun:
         if refresh_targets is not None:
             touched = touched.union(refresh_targets.select("guid"))
         touched = touched.distinct()
-        existing = self.table(work, fields, affected)
-        on_top, from_latest = None, 0
-        if self.batch and work.definition is None and history is None and existing is not None:
+        on_top, latest, from_latest, appendable = None, None, 0, []
+        if self.batch and work.definition is None and history is None:
             # Keys whose new records all come after their stored ones (in-order traffic: nearly all) go
             # on from their latest version with only the new records, not their whole history. Only
             # default NGSI entities (text fields, exact in the table) with no refresh ever.
-            on_top = keys_after_their_records(old, new, existing).persist()
-            self._persisted.append(on_top)
-            from_latest = on_top.count()
+            files = self.lake.folder_file_names(VERSIONS_DS, BUCKET, affected, subfolder=folder)
+            latest, appendable = self._latest_versions(work, fields, files)
+            if latest is not None:
+                on_top = keys_after_their_records(old, new, latest).persist()
+                self._persisted.append(on_top)
+                from_latest = on_top.count()
             if not from_latest:  # new keys only, or late records: the plain fold, with fewer joins
-                on_top = None
+                on_top, appendable = None, []
         if on_top is None:
             to_fold = records.join(touched, "guid", "left_semi")
             starts = None
@@ -411,28 +422,79 @@ class VersioningRun:
             to_fold = records.join(touched.join(on_top, "guid", "left_anti"), "guid", "left_semi").unionByName(
                 new.select(*ENTITY_RECORDS.fieldNames()).join(on_top, "guid", "left_semi")
             )
-            starts = fold_starts(existing.join(on_top, GUID, "left_semi"), work.name, list(fields))
+            starts = fold_starts(latest.join(on_top, GUID, "left_semi"), work.name, list(fields))
+            # A bucket whose touched keys all go on from their latest version keeps its stored rows.
+            behind = touched.join(on_top, "guid", "left_anti").select(bucket_column(F.col("guid"), self.buckets))
+            appendable = sorted(set(appendable) - {int(r[0]) for r in behind.distinct().collect()})
         deletes = refresh_deletes(record_keys(to_fold), refreshes, to_fold).withColumn(
             BUCKET, bucket_column(F.col("guid"), self.buckets)
         )
         versions = typed_versions(fold_versions(to_fold.unionByName(deletes), starts), fields)
-        if existing is not None:
-            untouched = existing.join(touched, GUID, "left_anti")
-            if on_top is not None:  # their earlier versions stay; the fold gave their latest one again
-                earlier = existing.where(F.col(VALID_TO).isNotNull()).join(on_top, GUID, "left_semi")
-                untouched = untouched.unionByName(earlier)
-            versions = versions.unionByName(untouched)
-        # Side by side: the fold reads the records that are replaced beside it, and nothing is swapped
-        # in before both are staged.
-        self.lake.replace_together(
-            [
-                FolderWrite(versions, VERSIONS_DS, BUCKET, affected, subfolder=folder),
-                FolderWrite(records, RECORDS_DS, BUCKET, affected, subfolder=folder),
+        rewritten = sorted(set(affected) - set(appendable))
+        writes: list[FolderWrite | FolderAdd] = []
+        if rewritten:
+            whole = versions.where(F.col(BUCKET).isin(rewritten))
+            existing = self.table(work, fields, rewritten)
+            if existing is not None:
+                untouched = existing.join(touched, GUID, "left_anti")
+                if on_top is not None:  # their earlier versions stay; the fold gave their latest one again
+                    earlier = existing.where(F.col(VALID_TO).isNotNull()).join(on_top, GUID, "left_semi")
+                    untouched = untouched.unionByName(earlier)
+                whole = whole.unionByName(untouched)
+            writes += [
+                FolderWrite(
+                    whole.withColumn(_OPEN, F.col(VALID_TO).isNull()),
+                    VERSIONS_DS,
+                    BUCKET,
+                    rewritten,
+                    subfolder=folder,
+                    split=FileSplit(_OPEN, OPEN_PREFIX),
+                ),
+                FolderWrite(
+                    records.where(F.col(BUCKET).isin(rewritten)), RECORDS_DS, BUCKET, rewritten, subfolder=folder
+                ),
             ]
-        )
+        if appendable:
+            assert on_top is not None and latest is not None and self.batch
+            # The batch's versions of these buckets: the closed ones are added as its own files, and the
+            # buckets' open rows are written again (the batch's keys' new ones, the others' as they were).
+            batch_prefix = f"{DELTA_PREFIX}{self.batch}-"
+            added = versions.where(F.col(BUCKET).isin(appendable))
+            open_rows = added.where(F.col(VALID_TO).isNull()).unionByName(
+                latest.where(F.col(BUCKET).isin(appendable)).join(touched, GUID, "left_anti")
+            )
+            writes += [
+                FolderAdd(
+                    [(added.where(F.col(VALID_TO).isNotNull()), batch_prefix), (open_rows, OPEN_PREFIX)],
+                    VERSIONS_DS,
+                    BUCKET,
+                    appendable,
+                    subfolder=folder,
+                    remove_prefixes=(OPEN_PREFIX, batch_prefix),
+                ),
+                FolderAdd(
+                    [(new.where(F.col(BUCKET).isin(appendable)).select(*ENTITY_RECORDS.fieldNames()), batch_prefix)],
+                    RECORDS_DS,
+                    BUCKET,
+                    appendable,
+                    subfolder=folder,
+                    remove_prefixes=(batch_prefix,),
+                ),
+            ]
+        # Side by side: the fold reads the records that are replaced beside it, and nothing is swapped
+        # in before every write is staged.
+        self.lake.replace_together(writes)
 
         # No rows at all (say, only deletes of keys never inserted): an empty table of the right shape.
         written = self.table(work, fields, affected) or self.spark.createDataFrame([], _table_schema(fields))
+        if appendable:
+            # The other keys of those buckets did not change. (A batch touches the keys of its new
+            # records: ``touched`` would read the stored records again, which the writes replaced.)
+            written = written.where(~F.col(BUCKET).isin(appendable)).unionByName(
+                written.where(F.col(BUCKET).isin(appendable)).join(
+                    new.select(F.col("guid").alias(GUID)).distinct(), GUID, "left_semi"
+                )
+            )
         if work.definition is not None and work.definition.export:
             self.lake.replace_folders(
                 export_rows(written, work.definition), EXPORTS_DS, BUCKET, affected, subfolder=folder
@@ -441,8 +503,41 @@ class VersioningRun:
         # Checked with every other entity's rewritten buckets in one aggregation at the end of the run.
         self._invariants.append(invariant_rows(written, work.name, list(fields)))
         return EntityOutcome(
-            name=work.name, records=record_count, buckets_rewritten=len(affected), from_latest=from_latest
+            name=work.name,
+            records=record_count,
+            buckets_rewritten=len(rewritten),
+            buckets_appended=len(appendable),
+            from_latest=from_latest,
         )
+
+    def _latest_versions(
+        self, work: EntityWork, fields: Fields, files: dict[str, list[str]]
+    ) -> tuple[DataFrame | None, list[int]]:
+        """The open rows of the buckets ``files`` lists (their stored files), and the buckets a batch may
+        add to rather than rewrite: those that keep their open rows in files of their own (every bucket
+        written since that layout) and have fewer than ``MAX_DELTAS`` batches' files. Reading the open
+        files of those buckets costs their keys, not their history."""
+        appendable = sorted(
+            int(b)
+            for b, names in files.items()
+            if any(n.startswith(OPEN_PREFIX) for n in names)
+            and len({n.split("-")[1] for n in names if n.startswith(DELTA_PREFIX)}) < MAX_DELTAS
+        )
+        others = sorted(int(b) for b, names in files.items() if names and int(b) not in appendable)
+        schema = _table_schema(fields)
+        opened = self.lake.read_folder_files(
+            self.spark,
+            VERSIONS_DS,
+            BUCKET,
+            {str(b): [n for n in files[str(b)] if n.startswith(OPEN_PREFIX)] for b in appendable},
+            schema,
+            subfolder=entity_folder(work.name),
+        )
+        rest = self.table(work, fields, others) if others else None
+        parts = [p.where(F.col(VALID_TO).isNull()) for p in (opened, rest) if p is not None]
+        if not parts:
+            return None, []
+        return functools.reduce(DataFrame.unionByName, parts), appendable
 
     def _store_refreshes(self, refreshes_new: DataFrame, folder: str, any_new: bool) -> None:
         """Replace the run's hours of the entity's refresh events (skipped when there were and are none,
@@ -694,6 +789,7 @@ def versioned_entities(
         o.name: {
             "records": o.records,
             "buckets_rewritten": o.buckets_rewritten,
+            "buckets_appended": o.buckets_appended,
             "rows": o.rows_in_rewritten_buckets,
             "keys_from_latest_version": o.from_latest,
         }

@@ -95,6 +95,7 @@ class Lake:
         self.lake = LakeResource(root=str(tmp_path / f"lake-{name}"))
         self.sth = sth or STHSinkResource()
         self.from_latest = 0  # keys the derived runs folded on from their latest version
+        self.appended = 0  # buckets the derived runs added versions to without rewriting them
 
     def run(
         self,
@@ -130,6 +131,7 @@ class Lake:
     def derived(self) -> str:
         meta = self.run([versioned_entities], new_only=True)
         self.from_latest += int(meta.get("keys_folded_from_latest_version", 0))
+        self.appended += sum(int(e["buckets_appended"]) for e in meta.get("entities", {}).values())
         return str(meta["folded"])
 
     def tables(self, spark: SparkSession) -> dict[str, list]:
@@ -183,6 +185,7 @@ def test_batches_of_increments_equal_the_whole_hour(spark: SparkSession, tmp_pat
         assert all(f.endswith("increments") for f in folds[1:]), folds
         assert sum(int(f.split()[0]) for f in folds[1:]) > 1, folds
         assert p.from_latest > 0, "in-order keys of a batch go on from their latest version"
+        assert p.appended > 0, "a bucket whose batch keys all go on from their latest version is added to"
         assert p.tables(spark) == expected, f"split {seed}: {folds}"
         # A derived run with nothing new, and an increment run again, change nothing.
         assert p.derived() == "nothing new"
@@ -233,6 +236,74 @@ def test_a_batch_killed_part_way_is_redone_by_the_next_run(
         with pytest.raises(Exception, match="killed"):
             p.run([versioned_entities], new_only=True)
     assert p.derived() == "1 increments"
+    assert p.tables(spark) == expected
+
+
+def _delta_files(lake: LakeResource) -> list[str]:
+    """``<dataset>/<bucket folder>/<batch>`` of every batch's file, once per batch and bucket."""
+    return sorted(
+        {
+            f"{ds}/{p.parent.name}/{p.name.split('-')[1]}"
+            for ds in (VERSIONS_DS, RECORDS_DS)
+            for p in Path(lake.dataset_uri(ds)).rglob("delta-*.parquet")
+        }
+    )
+
+
+def test_a_batch_killed_between_its_versions_and_its_records_is_redone_by_the_next_run(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch added its versions to some buckets and died before adding its records there: the next
+    run (the same batch again, then one more increment) folds them again, and the tables equal one
+    whole-hour run. So does a batch that dies after adding its records too."""
+    land(tmp_path / "landing", 40, _notification)
+    expected = _whole(spark, tmp_path)
+    p = Lake(tmp_path, "between")
+    a, b, c, d = split_into_increments(p.landing, random.Random(5), parts=4)
+    p.run([message_store, ngsi_events], a)
+    assert p.derived() == "whole"
+    real_add = LakeResource._add_in
+
+    def dies_at(dataset: str) -> Any:
+        def add_in(self: LakeResource, add: Any, *args: Any) -> None:
+            real_add(self, add, *args)
+            if add.dataset == dataset:
+                raise RuntimeError("killed")
+
+        return add_in
+
+    for increment, dataset in ((b, VERSIONS_DS), (c, RECORDS_DS)):
+        p.run([message_store, ngsi_events], increment)
+        with monkeypatch.context() as m:
+            m.setattr(LakeResource, "_add_in", dies_at(dataset))
+            with pytest.raises(Exception, match="killed"):
+                p.run([versioned_entities], new_only=True)
+        assert any(f.startswith(VERSIONS_DS) for f in _delta_files(p.lake)), "the killed batch added versions"
+        assert p.derived() == "1 increments"
+    p.run([message_store, ngsi_events], d)
+    assert p.derived() == "1 increments"
+    assert p.tables(spark) == expected
+
+
+def test_a_bucket_with_too_many_batches_files_is_rewritten_whole(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With room for one batch's files in a bucket, the next batch rewrites it whole (its files folded
+    in): no bucket ever holds two batches' files, and the tables equal one whole-hour run."""
+    monkeypatch.setattr("ngsi_assets.assets.versioned_entities.MAX_DELTAS", 1)
+    land(tmp_path / "landing", 40, _notification)
+    expected = _whole(spark, tmp_path)
+    p = Lake(tmp_path, "compacted")
+    increments = split_into_increments(p.landing, random.Random(3), parts=5)
+    most = 0
+    for inc in increments:
+        p.run([message_store, ngsi_events], inc)
+        p.derived()
+        versions = [f for f in _delta_files(p.lake) if f.startswith(VERSIONS_DS)]
+        buckets = [f.rsplit("/", 1)[0] for f in versions]
+        most = max([most, *(buckets.count(b) for b in buckets)])
+    assert p.appended > 0
+    assert most == 1
     assert p.tables(spark) == expected
 
 
