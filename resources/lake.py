@@ -81,6 +81,17 @@ def _check_file_prefix(prefix: str) -> None:
         raise ValueError(f"bad file prefix {prefix!r}")
 
 
+def _move_in(fs: LakeFiles, staged: str, final: str, prefix: str, write: str) -> list[dict[str, str]]:
+    """Journal steps moving the Parquet files of the staged folder into ``final`` as
+    ``<prefix><write>-<n>.parquet``: ``write`` is new for every write, so the new names differ from
+    any file the same journal removes, and the journal can be applied again."""
+    names = [n for n in fs.list_names(staged) if n.endswith(".parquet") and not n.startswith(("_", "."))]
+    return [
+        {"op": "move", "src": f"{staged}/{n}", "dst": f"{final}/{prefix}{write}-{i:05d}.parquet"}
+        for i, n in enumerate(names)
+    ]
+
+
 def _whole_hour_file(name: str) -> bool:
     """A Parquet file of an hour that no increment wrote (a whole-hour write's)."""
     return name.endswith(".parquet") and not name.startswith(("inc-", "_", "."))
@@ -589,15 +600,9 @@ class LakeResource(ConfigurableResource):
         self.recover(dataset)
         staging = self._stage(df, dataset, PARTITION_COLUMN, [dt], no_dictionary)
         staged = f"{staging}/{PARTITION_COLUMN}={dt}"
-        # New names differ from the files they replace, so the journal can be applied again.
-        prefix = f"{self._increment_prefix(increment_id)}{uuid.uuid4().hex[:8]}-"
         final = self.partition_uri(dataset, partition_key)
-        names = [n for n in fs.list_names(staged) if n.endswith(".parquet") and not n.startswith(("_", "."))]
         steps = [{"op": "delete", "uri": uri} for uri in self._increment_files(dataset, partition_key, increment_id)]
-        steps += [
-            {"op": "move", "src": f"{staged}/{name}", "dst": f"{final}/{prefix}{i:05d}.parquet"}
-            for i, name in enumerate(names)
-        ]
+        steps += _move_in(fs, staged, final, self._increment_prefix(increment_id), uuid.uuid4().hex[:8])
         steps.append({"op": "delete", "uri": staging})
         self._commit(dataset, steps)
 
@@ -886,20 +891,11 @@ class LakeResource(ConfigurableResource):
                 for n in fs.list_names(final)
                 if any(n.startswith(p) for p in add.remove_prefixes)
             ]
-        # New names differ from every removed one, so the journal can be applied again.
         write = uuid.uuid4().hex[:8]
         for (_, prefix), staging in zip(add.adds, stagings, strict=True):
             for value in fs.list_partition_values(staging, add.column):
-                staged = f"{staging}/{add.column}={value}"
-                names = [n for n in fs.list_names(staged) if n.endswith(".parquet") and not n.startswith(("_", "."))]
-                steps += [
-                    {
-                        "op": "move",
-                        "src": f"{staged}/{n}",
-                        "dst": f"{target}/{add.column}={value}/{prefix}{write}-{i:05d}.parquet",
-                    }
-                    for i, n in enumerate(names)
-                ]
+                staged, final = f"{staging}/{add.column}={value}", f"{target}/{add.column}={value}"
+                steps += _move_in(fs, staged, final, prefix, write)
         steps += [{"op": "delete", "uri": staging} for staging in stagings]
         self._commit(add.dataset, steps)
 

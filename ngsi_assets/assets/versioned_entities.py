@@ -12,7 +12,9 @@ and ``message_log`` (each processed message's status and error text), whose hour
 
 A run re-folds only the keys its hours touch, and rewrites only the buckets they fall in. A run
 tagged ``ngsi/new-increments`` (continuous mode's derived runs) folds only the hour's increments not
-folded yet, on top of the rest (``fold_hours``).
+folded yet, on top of the rest (``fold_hours``); in a bucket whose touched keys all go on from their
+latest version it adds its closed versions and records as its own files and writes the bucket's open
+rows again, rather than rewriting the bucket (``OPEN_PREFIX``, ``DELTA_PREFIX``).
 """
 
 import functools

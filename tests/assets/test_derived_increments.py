@@ -194,18 +194,24 @@ def test_batches_of_increments_equal_the_whole_hour(spark: SparkSession, tmp_pat
         assert p.tables(spark) == expected
 
 
+def _first_of_four_folded(spark: SparkSession, tmp_path: Path, name: str) -> tuple[Lake, dict[str, list], list]:
+    """The whole hour's tables; a lake with the first of four increments folded; the other three."""
+    land(tmp_path / "landing", 40, _notification)
+    expected = _whole(spark, tmp_path)
+    p = Lake(tmp_path, name)
+    a, *rest = split_into_increments(p.landing, random.Random(5), parts=4)
+    p.run([message_store, ngsi_events], a)
+    assert p.derived() == "whole"
+    return p, expected, rest
+
+
 def test_a_batch_killed_part_way_is_redone_by_the_next_run(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Killed after the versions and some of the batch's log rows were written: the next derived run
     (with one more increment) folds the unfinished increments again, with no row twice. Killed after
     every row but before the hour's record of them: the same batch again."""
-    land(tmp_path / "landing", 40, _notification)
-    expected = _whole(spark, tmp_path)
-    p = Lake(tmp_path, "killed")
-    a, b, c, d = split_into_increments(p.landing, random.Random(5), parts=4)
-    p.run([message_store, ngsi_events], a)
-    assert p.derived() == "whole"
+    p, expected, (b, c, d) = _first_of_four_folded(spark, tmp_path, "killed")
     p.run([message_store, ngsi_events], b)
 
     real_append = LakeResource.append_increment
@@ -256,12 +262,7 @@ def test_a_batch_killed_between_its_versions_and_its_records_is_redone_by_the_ne
     """A batch added its versions to some buckets and died before adding its records there: the next
     run (the same batch again, then one more increment) folds them again, and the tables equal one
     whole-hour run. So does a batch that dies after adding its records too."""
-    land(tmp_path / "landing", 40, _notification)
-    expected = _whole(spark, tmp_path)
-    p = Lake(tmp_path, "between")
-    a, b, c, d = split_into_increments(p.landing, random.Random(5), parts=4)
-    p.run([message_store, ngsi_events], a)
-    assert p.derived() == "whole"
+    p, expected, (b, c, d) = _first_of_four_folded(spark, tmp_path, "between")
     real_add = LakeResource._add_in
 
     def dies_at(dataset: str) -> Any:
