@@ -81,11 +81,16 @@ def _check_file_prefix(prefix: str) -> None:
         raise ValueError(f"bad file prefix {prefix!r}")
 
 
+def _data_file(name: str) -> bool:
+    """A Parquet file Spark reads as rows (not a hidden or side file)."""
+    return name.endswith(".parquet") and not name.startswith(("_", "."))
+
+
 def _move_in(fs: LakeFiles, staged: str, final: str, prefix: str, write: str) -> list[dict[str, str]]:
     """Journal steps moving the Parquet files of the staged folder into ``final`` as
     ``<prefix><write>-<n>.parquet``: ``write`` is new for every write, so the new names differ from
     any file the same journal removes, and the journal can be applied again."""
-    names = [n for n in fs.list_names(staged) if n.endswith(".parquet") and not n.startswith(("_", "."))]
+    names = [n for n in fs.list_names(staged) if _data_file(n)]
     return [
         {"op": "move", "src": f"{staged}/{n}", "dst": f"{final}/{prefix}{write}-{i:05d}.parquet"}
         for i, n in enumerate(names)
@@ -94,7 +99,7 @@ def _move_in(fs: LakeFiles, staged: str, final: str, prefix: str, write: str) ->
 
 def _whole_hour_file(name: str) -> bool:
     """A Parquet file of an hour that no increment wrote (a whole-hour write's)."""
-    return name.endswith(".parquet") and not name.startswith(("inc-", "_", "."))
+    return _data_file(name) and not name.startswith("inc-")
 
 
 def key_to_dt(partition_key: str) -> str:
@@ -670,7 +675,7 @@ class LakeResource(ConfigurableResource):
                     sub = f"{folder}/{split.column}={flag}"
                     prefix = split.prefix if flag == "true" else ""
                     for name in fs.list_names(sub):
-                        if name.endswith(".parquet") and not name.startswith(("_", ".")):
+                        if _data_file(name):
                             fs.rename(f"{sub}/{name}", f"{folder}/{prefix}{name}")
                     fs.delete(sub)
         return staging
@@ -845,14 +850,7 @@ class LakeResource(ConfigurableResource):
         that does not exist), by value."""
         self.recover(dataset)
         base = self.folder_uri(dataset, subfolder)
-        return {
-            str(v): [
-                n
-                for n in self.files().list_names(f"{base}/{column}={v}")
-                if n.endswith(".parquet") and not n.startswith(("_", "."))
-            ]
-            for v in values
-        }
+        return {str(v): [n for n in self.files().list_names(f"{base}/{column}={v}") if _data_file(n)] for v in values}
 
     def read_folder_files(
         self,
