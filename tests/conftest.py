@@ -1,5 +1,6 @@
 """Session fixtures: real servers (PostgreSQL, MariaDB, MongoDB wire) and one local Spark session."""
 
+from tests.support.dagster_context import _no_dagster_storage_left_set  # noqa: F401  (fixture)
 from tests.support.servers import (  # noqa: F401  (fixtures)
     mongo_db_url,
     mongo_url,

@@ -125,8 +125,9 @@ def test_without_a_last_data_sink_the_job_does_nothing(lake: LakeResource) -> No
 
 
 def _tick(instance: DagsterInstance, lake: LakeResource, sinks: SqlSinksResource = SINKS) -> RunRequest | SkipReason:
-    context = build_schedule_context(instance=instance, resources={"lake": lake, "sql_sinks": sinks})
-    return last_data_compaction_schedule(context)
+    # Closed here: the context enters an instance of its own, which must be left before the test's is.
+    with build_schedule_context(instance=instance, resources={"lake": lake, "sql_sinks": sinks}) as context:
+        return last_data_compaction_schedule(context)
 
 
 @pytest.mark.spark
