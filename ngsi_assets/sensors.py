@@ -221,6 +221,7 @@ def plan_landing_runs(
     - An hour whose increments moved since its last derived run gets a derived run when it is
       closed (its end plus ``hour_grace_s`` has passed, nothing of it is pending or executing) or
       when ``derived_interval_s`` has passed since the last one; one waiting derived run at most.
+      Hours are folded in order: a later hour gets none while an ended one waits for its closing run.
     - Hours older than the lookback are sealed into one signature; data appearing there (files
       restored by hand) gets whole-hour runs, as does an hour known only to a cursor from before
       increments.
@@ -304,6 +305,11 @@ def plan_landing_runs(
                 # end: it covers them only partly, so the hour's closing run is still due.
                 derived[hour] = digest if closed else "~" + digest
                 derived_at[hour] = now.timestamp()
+                break
+            if now >= _hour_end(hour):
+                # An ended hour's closing run comes before any run of a later hour. Folded after the
+                # later hour, the tail of this one would be late for every key it touches, and the
+                # versioned entities would rewrite all their buckets whole, history included.
                 break
     sealed = _signature(s for h in by_hour if h < sealed_before for s in by_hour[h])
     return requests, LandingCursor(positions, derived, derived_at, sealed_before, sealed)

@@ -187,6 +187,28 @@ def test_derived_runs_when_due_and_once_more_when_the_hour_closes() -> None:
     )
 
 
+def test_a_new_hour_gets_no_derived_run_before_the_closing_run_of_the_hour_before() -> None:
+    """In continuous mode the first derived run of hour 1 waits for hour 0's closing run, whose tail
+    folded after hour 1 would come late for every key."""
+    t = BASE + timedelta(minutes=58)
+    requests, cursor = _plan([_seg(0, "a", 10)], now=t)
+    requests, cursor = _plan([_seg(0, "a", 10)], cursor, now=t + timedelta(seconds=10))
+    assert [r.job_name for r in requests] == ["ngsi_derived_job"]
+    # Hour 0's tail and hour 1's first data land; hour 0 is not closed yet (grace, then its increment).
+    segs = [_seg(0, "a", 20), _seg(1, "b", 10)]
+    after = BASE + timedelta(hours=1, minutes=1)
+    requests, cursor = _plan(segs, cursor, now=after)
+    assert [(r.job_name, r.partition_key) for r in requests] == [("ngsi_increment_job", _key(0))]
+    requests, cursor = _plan(segs, cursor, now=after + timedelta(seconds=5))
+    assert [(r.job_name, r.partition_key) for r in requests] == [("ngsi_increment_job", _key(1))]
+    # Hour 1 is due (never derived) but hour 0 still waits for its grace: nothing derived yet.
+    assert _plan(segs, cursor, now=after + timedelta(seconds=30))[0] == []
+    requests, cursor = _plan(segs, cursor, now=after + timedelta(seconds=70))
+    assert [(r.job_name, r.partition_key) for r in requests] == [("ngsi_derived_job", _key(0))]
+    requests, cursor = _plan(segs, cursor, now=after + timedelta(seconds=80))
+    assert [(r.job_name, r.partition_key) for r in requests] == [("ngsi_derived_job", _key(1))]
+
+
 def test_a_cursor_from_before_increments_recomputes_its_hours_whole_once() -> None:
     a, b = _seg(0, "a", 10), _seg(1, "b", 5)
     legacy = LandingCursor.from_json(json.dumps({"hours": {_key(0): "1:10"}, "sealed_before": None, "sealed": "0:0"}))
