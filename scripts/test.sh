@@ -5,6 +5,9 @@
 # Python 3.11 and Java 17), creates .venv, installs the project with its test extra, and runs
 # .venv/bin/pytest with every argument passed through. The test session itself starts throwaway
 # PostgreSQL, MariaDB and MongoDB-wire servers (tests/support/servers.py) and stops them at the end.
+# Tests run in NGSI_TEST_WORKERS processes (pytest-xdist, default 2; 0 runs them in pytest's own),
+# each with its own servers and Spark session, a test module's tests all in the same process: much
+# of a test's time is latency (Dagster runs, small Spark jobs), which two processes overlap.
 # Exits with pytest's exit code; "no tests collected" (5) is a failure like any other non-zero code.
 set -euo pipefail
 
@@ -28,7 +31,7 @@ fi
 ensure_venv test
 
 rc=0
-.venv/bin/pytest "$@" || rc=$?
+.venv/bin/pytest -n "${NGSI_TEST_WORKERS:-2}" --dist loadfile "$@" || rc=$?
 if [[ $rc -eq 5 ]]; then
     log "pytest collected no tests: failing"
 fi
