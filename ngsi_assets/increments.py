@@ -113,12 +113,23 @@ class FoldPlan:
     todo: list[str] | None
 
     @staticmethod
-    def of(lake: LakeResource, keys: Sequence[str], ledger: str, *, new_only: bool) -> FoldPlan:
-        """Read the hours' contents and (``new_only``, one hour) the ledger's ``FOLDED_FILE``."""
+    def of(
+        lake: LakeResource, keys: Sequence[str], ledger: str, *, new_only: bool, outputs: Sequence[str] = ()
+    ) -> FoldPlan:
+        """Read the hours' contents and (``new_only``, one hour) the ledger's ``FOLDED_FILE``.
+
+        With no ledger, the hour is folded whole, except when (``outputs``: the asset's hourly
+        datasets, the ledger among them) the hour holds only increments and none of ``outputs`` holds
+        a file of it: then nothing of the hour was ever folded, and its increments are the first batch
+        on top of an empty hour (continuous mode's first derived run of each hour).
+        """
         contents = {k: hour_content(lake, k) for k in keys}
         folded = None
         if new_only and len(keys) == 1:
-            folded = HourContent.from_text(lake.read_hour_file(ledger, keys[0], FOLDED_FILE))
+            key = keys[0]
+            folded = HourContent.from_text(lake.read_hour_file(ledger, key, FOLDED_FILE))
+            if folded is None and outputs and _nothing_folded(lake, key, contents[key], outputs):
+                folded = HourContent({ds: [] for ds in contents[key].whole}, frozenset())
         todo = folded.new_increments(contents[keys[0]]) if folded is not None else None
         return FoldPlan(contents, folded, todo)
 
@@ -156,6 +167,14 @@ class FoldPlan:
             return
         for key, content in self.contents.items():
             lake.write_hour_file(ledger, key, FOLDED_FILE, content.to_text())
+
+
+def _nothing_folded(lake: LakeResource, key: str, content: HourContent, outputs: Sequence[str]) -> bool:
+    """The hour's inputs are increments only, and no output dataset holds a file of the hour: not a
+    whole-hour file (a whole fold killed before its ledger) nor a batch's (a first batch killed so)."""
+    if any(content.whole.values()):
+        return False
+    return not any(lake.whole_hour_files(ds, key) or lake.increment_ids(ds, key) for ds in outputs)
 
 
 def batch_id(increment_ids: Sequence[str]) -> str:

@@ -699,7 +699,7 @@ def fold_hours(
     before it is redone by the next run (a whole hour again, or a batch of increments that includes
     the unfinished one, whose partial log rows are removed first).
     """
-    plan = FoldPlan.of(lake, keys, LOG_DS, new_only=new_only)
+    plan = FoldPlan.of(lake, keys, LOG_DS, new_only=new_only, outputs=(LOG_DS, ERRORS_DS, INDEX_DS))
     how = "whole"
     if plan.todo == []:
         return Folding([], spark.createDataFrame([], MESSAGE_LOG), "nothing new")
