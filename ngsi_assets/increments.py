@@ -129,7 +129,7 @@ class FoldPlan:
             key = keys[0]
             folded = HourContent.from_text(lake.read_hour_file(ledger, key, FOLDED_FILE))
             if folded is None and outputs and _nothing_folded(lake, key, contents[key], outputs):
-                folded = HourContent({ds: [] for ds in contents[key].whole}, frozenset())
+                folded = HourContent(contents[key].whole, frozenset())  # no whole-hour files: empty
         todo = folded.new_increments(contents[keys[0]]) if folded is not None else None
         return FoldPlan(contents, folded, todo)
 
