@@ -62,6 +62,7 @@ from ngsi_assets.transforms.versioned_entities import (
     ENTITY_RECORDS,
     MESSAGE_LOG,
     RECORD_ERRORS,
+    RECORD_MARKS,
     REFRESHES,
     SEEN,
     MappedRecords,
@@ -72,14 +73,16 @@ from ngsi_assets.transforms.versioned_entities import (
     fold_versions,
     invariant_counts,
     invariant_rows,
-    keys_after_their_records,
+    keys_after_their_marks,
     live_rows,
     map_ngsi_default,
     map_to_target,
+    merged_marks,
     message_log,
     message_refreshes,
     ngsi_source_records,
     record_keys,
+    record_marks,
     record_stats,
     refresh_deletes,
     refresh_messages,
@@ -97,6 +100,7 @@ RECORDS_DS = "entity_records"
 REFRESHES_DS = "entity_refreshes"
 EXPORTS_DS = "entity_exports"
 INDEX_DS = "entity_record_index"
+MARKS_DS = "entity_record_marks"
 ERRORS_DS = "entity_record_errors"
 LOG_DS = "message_log"
 BUCKET = "bucket"
@@ -388,9 +392,37 @@ class VersioningRun:
             self._store_refreshes(refreshes_new, folder, has_refreshes)
             return None
 
-        old = self.lake.read_folders(
-            self.spark, RECORDS_DS, BUCKET, affected, subfolder=folder, schema=ENTITY_RECORDS
-        ) or self.spark.createDataFrame([], ENTITY_RECORDS)
+        # Every key's latest folded record time, as a batch compares its records with (``_marks``).
+        marks = self._marks(work, affected)
+        on_top, latest, from_latest, appendable = None, None, 0, []
+        if self.batch and work.definition is None and history is None:
+            # Keys whose new records all come after their stored ones (in-order traffic: nearly all) go
+            # on from their latest version with only the new records, not their whole history. Only
+            # default NGSI entities (text fields, exact in the table) with no refresh ever.
+            files = self.lake.folder_file_names(VERSIONS_DS, BUCKET, affected, subfolder=folder)
+            latest, appendable = self._latest_versions(work, fields, files)
+            if latest is not None and marks is not None:
+                on_top = keys_after_their_marks(marks, new, latest).persist()
+                self._persisted.append(on_top)
+                from_latest = on_top.count()
+            if not from_latest:  # new keys only, or late records: the plain fold, with fewer joins
+                on_top, appendable = None, []
+        if on_top is not None:
+            # A bucket whose keys all go on from their latest version keeps its stored rows and records.
+            # (A key with records of the batch's messages stored by an earlier attempt is not among them:
+            # its mark is at least their time.)
+            behind = (
+                new.select("guid").join(on_top, "guid", "left_anti").select(bucket_column(F.col("guid"), self.buckets))
+            )
+            appendable = sorted(set(appendable) - {int(r[0]) for r in behind.distinct().collect()})
+        rewritten = sorted(set(affected) - set(appendable))
+        # The stored records of the rewritten buckets only: the appended ones are not read.
+        old = (
+            self.lake.read_folders(self.spark, RECORDS_DS, BUCKET, rewritten, subfolder=folder, schema=ENTITY_RECORDS)
+            if rewritten
+            else None
+        )
+        old = old or self.spark.createDataFrame([], ENTITY_RECORDS)
         # What the run replaces: its hours' records, or the records of its batch's messages (stored by an
         # earlier attempt of the same batch).
         if self.batch:
@@ -404,19 +436,6 @@ class VersioningRun:
         if refresh_targets is not None:
             touched = touched.union(refresh_targets.select("guid"))
         touched = touched.distinct()
-        on_top, latest, from_latest, appendable = None, None, 0, []
-        if self.batch and work.definition is None and history is None:
-            # Keys whose new records all come after their stored ones (in-order traffic: nearly all) go
-            # on from their latest version with only the new records, not their whole history. Only
-            # default NGSI entities (text fields, exact in the table) with no refresh ever.
-            files = self.lake.folder_file_names(VERSIONS_DS, BUCKET, affected, subfolder=folder)
-            latest, appendable = self._latest_versions(work, fields, files)
-            if latest is not None:
-                on_top = keys_after_their_records(old, new, latest).persist()
-                self._persisted.append(on_top)
-                from_latest = on_top.count()
-            if not from_latest:  # new keys only, or late records: the plain fold, with fewer joins
-                on_top, appendable = None, []
         if on_top is None:
             to_fold = records.join(touched, "guid", "left_semi")
             starts = None
@@ -425,15 +444,14 @@ class VersioningRun:
                 new.select(*ENTITY_RECORDS.fieldNames()).join(on_top, "guid", "left_semi")
             )
             starts = fold_starts(latest.join(on_top, GUID, "left_semi"), work.name, list(fields))
-            # A bucket whose touched keys all go on from their latest version keeps its stored rows.
-            behind = touched.join(on_top, "guid", "left_anti").select(bucket_column(F.col("guid"), self.buckets))
-            appendable = sorted(set(appendable) - {int(r[0]) for r in behind.distinct().collect()})
         deletes = refresh_deletes(record_keys(to_fold), refreshes, to_fold).withColumn(
             BUCKET, bucket_column(F.col("guid"), self.buckets)
         )
         versions = typed_versions(fold_versions(to_fold.unionByName(deletes), starts), fields)
-        rewritten = sorted(set(affected) - set(appendable))
         writes: list[FolderWrite | FolderAdd] = []
+        if marks is not None:  # the first write: committed before the records
+            new_marks = merged_marks([marks, record_marks(new.select(*ENTITY_RECORDS.fieldNames()))])
+            writes.append(FolderWrite(new_marks, MARKS_DS, BUCKET, affected, subfolder=folder))
         if rewritten:
             whole = versions.where(F.col(BUCKET).isin(rewritten))
             existing = self.table(work, fields, rewritten)
@@ -456,11 +474,11 @@ class VersioningRun:
                     records.where(F.col(BUCKET).isin(rewritten)), RECORDS_DS, BUCKET, rewritten, subfolder=folder
                 ),
             ]
+        batch_prefix = f"{DELTA_PREFIX}{self.batch}-"
         if appendable:
             assert on_top is not None and latest is not None and self.batch
             # The batch's versions of these buckets: the closed ones are added as its own files, and the
             # buckets' open rows are written again (the batch's keys' new ones, the others' as they were).
-            batch_prefix = f"{DELTA_PREFIX}{self.batch}-"
             added = versions.where(F.col(BUCKET).isin(appendable))
             open_rows = added.where(F.col(VALID_TO).isNull()).unionByName(
                 latest.where(F.col(BUCKET).isin(appendable)).join(touched, GUID, "left_anti")
@@ -487,16 +505,25 @@ class VersioningRun:
         # in before every write is staged.
         self.lake.replace_together(writes)
 
-        # No rows at all (say, only deletes of keys never inserted): an empty table of the right shape.
-        written = self.table(work, fields, affected) or self.spark.createDataFrame([], _table_schema(fields))
+        # What the invariants check: the rewritten buckets, and of the appended ones the batch's files
+        # and the open rows of its keys (their earlier versions, in earlier files, did not change).
+        parts = [self.table(work, fields, rewritten)] if rewritten else []
         if appendable:
-            # The other keys of those buckets did not change. (A batch touches the keys of its new
-            # records: ``touched`` would read the stored records again, which the writes replaced.)
-            written = written.where(~F.col(BUCKET).isin(appendable)).unionByName(
-                written.where(F.col(BUCKET).isin(appendable)).join(
-                    new.select(F.col("guid").alias(GUID)).distinct(), GUID, "left_semi"
-                )
+            names = self.lake.folder_file_names(VERSIONS_DS, BUCKET, appendable, subfolder=folder)
+            added_files = {b: [n for n in ns if n.startswith((OPEN_PREFIX, batch_prefix))] for b, ns in names.items()}
+            added_rows = self.lake.read_folder_files(
+                self.spark, VERSIONS_DS, BUCKET, added_files, _table_schema(fields), subfolder=folder
             )
+            if added_rows is not None:
+                keys = new.select(F.col("guid").alias(GUID)).distinct()
+                parts.append(added_rows.join(keys, GUID, "left_semi"))
+        # No rows at all (say, only deletes of keys never inserted): an empty table of the right shape.
+        present = [p for p in parts if p is not None]
+        written = (
+            functools.reduce(DataFrame.unionByName, present)
+            if present
+            else self.spark.createDataFrame([], _table_schema(fields))
+        )
         if work.definition is not None and work.definition.export:
             self.lake.replace_folders(
                 export_rows(written, work.definition), EXPORTS_DS, BUCKET, affected, subfolder=folder
@@ -540,6 +567,36 @@ class VersioningRun:
         if not parts:
             return None, []
         return functools.reduce(DataFrame.unionByName, parts), appendable
+
+    def _marks(self, work: EntityWork, buckets: Sequence[int]) -> DataFrame | None:
+        """RECORD_MARKS of ``buckets`` of a default NGSI entity (the only ones a batch folds on top):
+        as stored, or from their records for a bucket with records and no marks (a lake written before
+        marks were kept). A run writes its buckets' marks before their records (the first of its
+        writes), merged with its new records' times, so a run killed between them leaves marks later
+        than the records, never earlier: a key then folds its whole history.
+
+        None for a schema entity, whose records are written with no marks: marks it kept as a default
+        entity (before the schema defined it) are removed from ``buckets`` first."""
+        folder = entity_folder(work.name)
+        if work.definition is not None:
+            kept = set(self.lake.folder_values(MARKS_DS, BUCKET, folder)) & {str(b) for b in buckets}
+            if kept:
+                self.lake.remove_folders(MARKS_DS, BUCKET, sorted(kept), subfolder=folder)
+            return None
+        files = self.lake.folder_file_names(MARKS_DS, BUCKET, buckets, subfolder=folder)
+        stored = self.lake.read_folder_files(
+            self.spark, MARKS_DS, BUCKET, {b: ns for b, ns in files.items() if ns}, RECORD_MARKS, subfolder=folder
+        )
+        parts = [stored] if stored is not None else []
+        unmarked = [b for b in buckets if not files[str(b)]]
+        records = (
+            self.lake.read_folders(self.spark, RECORDS_DS, BUCKET, unmarked, subfolder=folder, schema=ENTITY_RECORDS)
+            if unmarked
+            else None
+        )
+        if records is not None:
+            parts.append(record_marks(records))
+        return merged_marks(parts) if parts else self.spark.createDataFrame([], RECORD_MARKS)
 
     def _store_refreshes(self, refreshes_new: DataFrame, folder: str, any_new: bool) -> None:
         """Replace the run's hours of the entity's refresh events (skipped when there were and are none,

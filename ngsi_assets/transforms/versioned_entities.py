@@ -12,7 +12,7 @@ The pipeline, all pure DataFrame -> DataFrame functions (the asset only reads an
 3. ``refresh_deletes``: the deletes a refresh generates for keys it did not contain.
 4. ``fold_versions``: every record of the touched keys, folded in effective order by the pure rules
    of ``ngsi_assets.ngsi.versioning`` (mapInArrow over key-sorted partitions: no per-key overhead);
-   or, for keys whose new records all come after their stored ones (``keys_after_their_records``),
+   or, for keys whose new records all come after their stored ones (``keys_after_their_marks``),
    only the new records, on from the key's latest version (``fold_starts``).
 5. ``typed_versions``: the generic versions as the target table's typed columns.
 
@@ -935,19 +935,57 @@ FOLD_INPUT = StructType(
 )
 
 
-def keys_after_their_records(stored: DataFrame, new: DataFrame, table: DataFrame) -> DataFrame:
-    """(guid) of the keys whose ``new`` records all come after every record ``stored`` holds of them
-    (both ENTITY_RECORDS) and after the start of their open row in ``table`` (the typed table); keys
-    with no stored record are not among them.
+# Per key of a bucket, the effective time of its latest stored record that is folded (not ``seen``):
+# what a batch compares its new records with (``keys_after_their_marks``), kept beside the records so
+# that the comparison costs the bucket's keys, not their history.
+LAST_RECORD_TS = "last_record_ts"
+RECORD_MARKS = StructType(
+    [
+        StructField("guid", StringType(), False),
+        StructField(LAST_RECORD_TS, TimestampType(), False),
+        StructField("bucket", IntegerType(), False),
+    ]
+)
+
+
+def record_marks(records: DataFrame) -> DataFrame:
+    """RECORD_MARKS of ENTITY_RECORDS rows: per (guid, bucket), the latest ``effective_ts`` of its
+    folded records; a key with ``seen`` records only has none."""
+    return (
+        records.where(F.col("op") != SEEN)
+        .groupBy("guid", F.col("bucket").cast("int").alias("bucket"))
+        .agg(F.max("effective_ts").alias(LAST_RECORD_TS))
+        .select(*RECORD_MARKS.fieldNames())
+    )
+
+
+def merged_marks(frames: Sequence[DataFrame]) -> DataFrame:
+    """RECORD_MARKS frames as one: per (guid, bucket), the latest of their times."""
+    rows = frames[0]
+    for frame in frames[1:]:
+        rows = rows.unionByName(frame)
+    return (
+        rows.groupBy("guid", "bucket")
+        .agg(F.max(LAST_RECORD_TS).alias(LAST_RECORD_TS))
+        .select(*RECORD_MARKS.fieldNames())
+    )
+
+
+def keys_after_their_marks(marks: DataFrame, new: DataFrame, table: DataFrame) -> DataFrame:
+    """(guid) of the keys whose ``new`` records (ENTITY_RECORDS) all come after their stored records'
+    latest time in ``marks`` (``record_marks`` of the stored records, or later) and after the start of
+    their open row in ``table`` (the typed table); keys with no mark are not among them.
 
     Such a key's fold goes on from its latest version (``fold_starts``) with only its new records,
     and gives what a fold of all its records gives. The test is against the stored *records*, not
     only the latest version's start: a stored record that changed nothing can change something once
-    an earlier record arrives. The open row counts too: a run killed between its two writes leaves
-    the table ahead of the records, with versions of some of the records given again as new.
+    an earlier record arrives. A mark later than the records (written by a run killed before its
+    records were) only keeps a key from going on top. The open row counts too: a run killed between
+    its two writes leaves the table ahead of the records, with versions of some of the records given
+    again as new.
     """
     folded = F.col("op") != SEEN
-    times = stored.where(folded).select("guid", "effective_ts", F.lit(True).alias("_stored"))
+    times = marks.select("guid", F.col(LAST_RECORD_TS).alias("effective_ts"), F.lit(True).alias("_stored"))
     open_starts = table.where(F.col(VALID_TO).isNull()).select(
         F.col(GUID).alias("guid"), F.col(VALID_FROM).alias("effective_ts"), F.lit(False).alias("_stored")
     )

@@ -23,6 +23,7 @@ from ngsi_assets.assets.versioned_entities import (
     INDEX_DS,
     INDEX_DT,
     LOG_DS,
+    MARKS_DS,
     RECORDS_DS,
     REFRESHES_DS,
     VERSIONS_DS,
@@ -140,9 +141,9 @@ class Lake:
 
 def lake_tables(spark: SparkSession, lake: LakeResource) -> dict[str, list]:
     """Every table the versioned entities write, as sorted rows (the record index as a set: a batch
-    may name a bucket an earlier batch named too)."""
+    may name a bucket an earlier batch named too), and the marks of their records' latest times."""
     out: dict[str, list] = {}
-    for ds in (VERSIONS_DS, RECORDS_DS):
+    for ds in (VERSIONS_DS, RECORDS_DS, MARKS_DS):
         for entity in lake.files().list_names(lake.dataset_uri(ds)):
             if entity.startswith(("_", ".")):
                 continue
@@ -282,6 +283,78 @@ def test_a_batch_killed_between_its_versions_and_its_records_is_redone_by_the_ne
         assert p.derived() == "1 increments"
     p.run([message_store, ngsi_events], d)
     assert p.derived() == "1 increments"
+    assert p.tables(spark) == expected
+
+
+def test_a_batch_killed_after_its_marks_is_redone_by_the_next_run(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch wrote its records' latest times (its first write) and died before its versions and
+    records: the marks are later than the records, and the next run (the same batch again, with one
+    more increment) equals one whole-hour run."""
+    p, expected, (b, c, d) = _first_of_four_folded(spark, tmp_path, "marked")
+    real_swap = LakeResource._swap_in
+
+    def swap_in(self: LakeResource, write: Any, *args: Any) -> None:
+        real_swap(self, write, *args)
+        if write.dataset == MARKS_DS:
+            raise RuntimeError("killed")
+
+    p.run([message_store, ngsi_events], b)
+    before = p.tables(spark)
+    with monkeypatch.context() as m:
+        m.setattr(LakeResource, "_swap_in", swap_in)
+        with pytest.raises(Exception, match="killed"):
+            p.run([versioned_entities], new_only=True)
+    after = p.tables(spark)
+    changed = sorted(k for k in after if after[k] != before.get(k))
+    assert changed and all(k.startswith(MARKS_DS) for k in changed), changed
+    p.run([message_store, ngsi_events], c)
+    assert p.derived() == "2 increments"
+    p.run([message_store, ngsi_events], d)
+    assert p.derived() == "1 increments"
+    assert p.tables(spark) == expected
+
+
+def test_a_lake_without_marks_is_folded_from_its_records(spark: SparkSession, tmp_path: Path) -> None:
+    """Buckets written before marks were kept (no marks folder): a batch takes its keys' latest times
+    from their records, still folds keys on from their latest version, and writes the marks."""
+    p, expected, (b, c, d) = _first_of_four_folded(spark, tmp_path, "unmarked")
+    for increment in (b, c, d):
+        p.lake.files().delete(p.lake.dataset_uri(MARKS_DS))
+        p.run([message_store, ngsi_events], increment)
+        assert p.derived() == "1 increments"
+    assert p.from_latest > 0
+    assert p.tables(spark) == expected
+
+
+def test_a_batch_reads_no_stored_row_of_the_buckets_it_adds_to(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch that adds to a bucket reads the bucket's marks and open rows, not its stored records or
+    versions: its cost follows the bucket's keys, not their history."""
+    p, expected, increments = _first_of_four_folded(spark, tmp_path, "reads")
+    real_read = LakeResource.read_folders
+    read: list[tuple[str, str]] = []
+
+    def read_folders(self: LakeResource, spark: SparkSession, dataset: str, column: str, values: Any, **kw: Any) -> Any:
+        if values is not None:
+            read.extend((dataset, f"bucket={v}") for v in values)
+        return real_read(self, spark, dataset, column, values, **kw)
+
+    added = 0
+    for increment in increments:
+        p.run([message_store, ngsi_events], increment)
+        before = set(_delta_files(p.lake))
+        read.clear()
+        with monkeypatch.context() as m:
+            m.setattr(LakeResource, "read_folders", read_folders)
+            assert p.derived() == "1 increments"
+        appended = {f.rsplit("/", 1)[0].split("/", 1)[1] for f in set(_delta_files(p.lake)) - before}
+        added += len(appended)
+        stored = {bucket for ds, bucket in read if ds in (VERSIONS_DS, RECORDS_DS)}
+        assert not stored & appended, (sorted(stored), sorted(appended))
+    assert added > 0, "some batch added to a bucket"
     assert p.tables(spark) == expected
 
 

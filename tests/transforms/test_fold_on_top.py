@@ -10,10 +10,13 @@ from pyspark.sql import SparkSession
 
 from ngsi_assets.transforms.versioned_entities import (
     ENTITY_RECORDS,
+    RECORD_MARKS,
     SEEN,
     fold_starts,
     fold_versions,
-    keys_after_their_records,
+    keys_after_their_marks,
+    merged_marks,
+    record_marks,
     typed_versions,
 )
 
@@ -40,7 +43,7 @@ def _rows(df) -> list[tuple]:  # noqa: ANN001
     return sorted(tuple(r) for r in df.collect())
 
 
-def test_keys_after_their_records(spark: SparkSession) -> None:
+def test_keys_after_their_marks(spark: SparkSession) -> None:
     stored = [
         rec("a", 1, "m1", speed="1"),
         rec("a", 5, "m2", speed="1"),  # changes nothing, but is later than a's open row
@@ -58,12 +61,29 @@ def test_keys_after_their_records(spark: SparkSession) -> None:
     ]
     stored_df = spark.createDataFrame(stored, ENTITY_RECORDS)
     table = _table(spark, stored)
-    on_top = keys_after_their_records(stored_df, spark.createDataFrame(new, ENTITY_RECORDS), table)
+    new_df = spark.createDataFrame(new, ENTITY_RECORDS)
+    marks = record_marks(stored_df)
+    on_top = keys_after_their_marks(marks, new_df, table)
     assert sorted(r.guid for r in on_top.collect()) == ["b", "c"]
     # A run killed between its two writes: the table already holds b's new version, the records not.
     ahead = _table(spark, [*stored, new[1]])
-    on_top = keys_after_their_records(stored_df, spark.createDataFrame(new, ENTITY_RECORDS), ahead)
+    on_top = keys_after_their_marks(marks, new_df, ahead)
     assert sorted(r.guid for r in on_top.collect()) == ["c"]
+    # A run killed after its marks, before its records: c's mark holds its new records' time.
+    marks_ahead = merged_marks([marks, record_marks(spark.createDataFrame([new[2]], ENTITY_RECORDS))])
+    on_top = keys_after_their_marks(marks_ahead, new_df, table)
+    assert sorted(r.guid for r in on_top.collect()) == ["b"]
+
+
+def test_record_marks_merged_equal_the_marks_of_all_records(spark: SparkSession) -> None:
+    """Marks kept batch by batch (merged) equal marks of every record at once; a key with ``seen``
+    records only has no mark, and a later ``seen`` record does not move a mark."""
+    first = [rec("a", 1, "m1", speed="1"), rec("a", 5, "m2", speed="1"), rec("d", 9, "m5", op=SEEN)]
+    second = [rec("a", 3, "n1", speed="4"), rec("b", 2, "n2", speed="5"), rec("b", 8, "n3", op=SEEN)]
+    one, two = (spark.createDataFrame(r, ENTITY_RECORDS) for r in (first, second))
+    merged = merged_marks([record_marks(one), record_marks(two)])
+    assert _rows(merged) == _rows(record_marks(one.unionByName(two)))
+    assert _rows(merged) == _rows(spark.createDataFrame([("a", at(5), 1), ("b", at(2), 1)], RECORD_MARKS))
 
 
 def test_a_fold_on_from_the_open_rows_equals_a_fold_of_everything(spark: SparkSession) -> None:
