@@ -4,6 +4,8 @@ Lake layout, per target entity folder (``entity_folder(name)``):
 - ``versioned_entities/<entity>/bucket=N``: the target table (guid, valid_from_timestamp,
   valid_to_timestamp, deleted_indicator, business fields, source_message, field_provenance);
 - ``entity_records/<entity>/bucket=N``: every record ever mapped to the entity (the fold's input);
+- ``entity_record_marks/<entity>/bucket=N``: per key of a default NGSI entity, the time of its
+  latest folded record (what a batch compares its new records with, without reading the records);
 - ``entity_refreshes/<entity>/dt=H``: refresh events (message and child refreshes);
 - ``entity_exports/<entity>/bucket=N``: for export entities, the live rows as an export store sees them;
 and per hour: ``entity_record_index/dt=H`` (which buckets each hour wrote), ``entity_record_errors``
@@ -14,7 +16,7 @@ A run re-folds only the keys its hours touch, and rewrites only the buckets they
 tagged ``ngsi/new-increments`` (continuous mode's derived runs) folds only the hour's increments not
 folded yet, on top of the rest (``fold_hours``); in a bucket whose touched keys all go on from their
 latest version it adds its closed versions and records as its own files and writes the bucket's open
-rows again, rather than rewriting the bucket (``OPEN_PREFIX``, ``DELTA_PREFIX``).
+rows again, rather than rewriting the bucket (``OPEN_PREFIX``, ``DELTA_PREFIX``, ``MERGE_LEVELS``).
 """
 
 import functools
@@ -61,6 +63,7 @@ from ngsi_assets.transforms.schemas import MESSAGE_STORE, NGSI_EVENTS
 from ngsi_assets.transforms.versioned_entities import (
     ENTITY_RECORDS,
     MESSAGE_LOG,
+    OPEN_PREFIX,
     RECORD_ERRORS,
     RECORD_MARKS,
     REFRESHES,
@@ -107,9 +110,11 @@ BUCKET = "bucket"
 # A bucket of versioned_entities keeps its open rows (one per key) in files named ``open-...``; a batch
 # whose keys all go on from their latest version adds its closed versions as ``delta-<batch>-...``
 # files and writes the open ones again, and ``entity_records`` gets its records the same way. A batch
-# that finds ``MAX_DELTAS`` batches' files in a bucket rewrites it whole, which folds them in.
-OPEN_PREFIX = "open-"
+# that finds ``MAX_DELTAS`` batches' files of one level in a bucket (``MERGE_LEVELS``: its batches',
+# then merges of them) also merges them into one file of the next level, ``merged<n>-<batch>-...``:
+# the merge reads those files only, and a bucket holds at most ``MAX_DELTAS`` files of each level.
 DELTA_PREFIX = "delta-"
+MERGE_LEVELS = (DELTA_PREFIX, "merged1-", "merged2-", "merged3-", "merged4-")
 MAX_DELTAS = 24
 _OPEN = "_open"
 INDEX = StructType([StructField("entity", StringType(), False), StructField(BUCKET, IntegerType(), False)])
@@ -483,21 +488,22 @@ class VersioningRun:
             open_rows = added.where(F.col(VALID_TO).isNull()).unionByName(
                 latest.where(F.col(BUCKET).isin(appendable)).join(touched, GUID, "left_anti")
             )
+            records_files = self.lake.folder_file_names(RECORDS_DS, BUCKET, appendable, subfolder=folder)
             writes += [
-                FolderAdd(
+                *self._adds(
                     [(added.where(F.col(VALID_TO).isNotNull()), batch_prefix), (open_rows, OPEN_PREFIX)],
                     VERSIONS_DS,
-                    BUCKET,
-                    appendable,
-                    subfolder=folder,
+                    folder,
+                    {b: files[str(b)] for b in appendable},
+                    _table_schema(fields),
                     remove_prefixes=(OPEN_PREFIX, batch_prefix),
                 ),
-                FolderAdd(
-                    [(new.where(F.col(BUCKET).isin(appendable)).select(*ENTITY_RECORDS.fieldNames()), batch_prefix)],
+                *self._adds(
+                    [(new.select(*ENTITY_RECORDS.fieldNames()), batch_prefix)],
                     RECORDS_DS,
-                    BUCKET,
-                    appendable,
-                    subfolder=folder,
+                    folder,
+                    {b: records_files[str(b)] for b in appendable},
+                    ENTITY_RECORDS,
                     remove_prefixes=(batch_prefix,),
                 ),
             ]
@@ -544,14 +550,9 @@ class VersioningRun:
     ) -> tuple[DataFrame | None, list[int]]:
         """The open rows of the buckets ``files`` lists (their stored files), and the buckets a batch may
         add to rather than rewrite: those that keep their open rows in files of their own (every bucket
-        written since that layout) and have fewer than ``MAX_DELTAS`` batches' files. Reading the open
-        files of those buckets costs their keys, not their history."""
-        appendable = sorted(
-            int(b)
-            for b, names in files.items()
-            if any(n.startswith(OPEN_PREFIX) for n in names)
-            and len({n.split("-")[1] for n in names if n.startswith(DELTA_PREFIX)}) < MAX_DELTAS
-        )
+        written since that layout). Reading the open files of those buckets costs their keys, not their
+        history."""
+        appendable = sorted(int(b) for b, names in files.items() if any(n.startswith(OPEN_PREFIX) for n in names))
         others = sorted(int(b) for b, names in files.items() if names and int(b) not in appendable)
         schema = _table_schema(fields)
         opened = self.lake.read_folder_files(
@@ -567,6 +568,52 @@ class VersioningRun:
         if not parts:
             return None, []
         return functools.reduce(DataFrame.unionByName, parts), appendable
+
+    def _adds(
+        self,
+        adds: Sequence[tuple[DataFrame, str]],
+        dataset: str,
+        folder: str,
+        files: dict[int, list[str]],
+        schema: StructType,
+        remove_prefixes: Sequence[str],
+    ) -> list[FolderAdd]:
+        """The batch's ``adds`` to the buckets ``files`` lists (each bucket's files before the batch), and
+        in a bucket holding ``MAX_DELTAS`` files' ids of a level (the batch's own left out) their merge
+        into one file of the next level: one ``FolderAdd`` per set of buckets merging the same levels."""
+        own = f"{DELTA_PREFIX}{self.batch}-"
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for bucket, names in sorted(files.items()):
+            full = tuple(
+                level
+                for level, prefix in enumerate(MERGE_LEVELS[:-1])
+                if len({n.split("-")[1] for n in names if n.startswith(prefix) and not n.startswith(own)}) >= MAX_DELTAS
+            )
+            groups.setdefault(full, []).append(bucket)
+        out = []
+        for levels, buckets in sorted(groups.items()):
+            merged: list[tuple[DataFrame, str]] = []
+            removed: list[str] = []
+            for level in levels:
+                prefix = MERGE_LEVELS[level]
+                chosen = {
+                    str(b): [n for n in files[b] if n.startswith(prefix) and not n.startswith(own)] for b in buckets
+                }
+                rows = self.lake.read_folder_files(self.spark, dataset, BUCKET, chosen, schema, subfolder=folder)
+                assert rows is not None
+                merged.append((rows, f"{MERGE_LEVELS[level + 1]}{self.batch}-"))
+                removed += sorted({f"{prefix}{n.split('-')[1]}-" for names in chosen.values() for n in names})
+            out.append(
+                FolderAdd(
+                    [*((df.where(F.col(BUCKET).isin(buckets)), p) for df, p in adds), *merged],
+                    dataset,
+                    BUCKET,
+                    buckets,
+                    subfolder=folder,
+                    remove_prefixes=(*remove_prefixes, *removed),
+                )
+            )
+        return out
 
     def _marks(self, work: EntityWork, buckets: Sequence[int]) -> DataFrame | None:
         """RECORD_MARKS of ``buckets`` of a default NGSI entity (the only ones a batch folds on top):

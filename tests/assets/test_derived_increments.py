@@ -358,25 +358,33 @@ def test_a_batch_reads_no_stored_row_of_the_buckets_it_adds_to(
     assert p.tables(spark) == expected
 
 
-def test_a_bucket_with_too_many_batches_files_is_rewritten_whole(
+def test_a_bucket_with_too_many_batches_files_merges_them(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With room for one batch's files in a bucket, the next batch rewrites it whole (its files folded
-    in): no bucket ever holds two batches' files, and the tables equal one whole-hour run."""
+    """With room for one batch's files (and one merge's) in a bucket, the next batch that adds to it
+    merges the earlier batch's files into one of the next level, and those into the level after: no
+    bucket ever holds two files' ids of a level, and the tables equal one whole-hour run."""
     monkeypatch.setattr("ngsi_assets.assets.versioned_entities.MAX_DELTAS", 1)
     land(tmp_path / "landing", 40, _notification)
     expected = _whole(spark, tmp_path)
     p = Lake(tmp_path, "compacted")
-    increments = split_into_increments(p.landing, random.Random(3), parts=5)
-    most = 0
+    increments = split_into_increments(p.landing, random.Random(3), parts=6)
+    most, levels = 0, set()
     for inc in increments:
         p.run([message_store, ngsi_events], inc)
         p.derived()
-        versions = [f for f in _delta_files(p.lake) if f.startswith(VERSIONS_DS)]
-        buckets = [f.rsplit("/", 1)[0] for f in versions]
-        most = max([most, *(buckets.count(b) for b in buckets)])
+        for ds in (VERSIONS_DS, RECORDS_DS):
+            for bucket in Path(p.lake.dataset_uri(ds)).glob("*/bucket=*"):
+                ids: dict[str, set[str]] = {}
+                for f in bucket.glob("*.parquet"):
+                    if f.name.startswith(("delta-", "merged")):
+                        level, batch = f.name.split("-")[:2]
+                        ids.setdefault(level, set()).add(batch)
+                levels |= set(ids)
+                most = max([most, *(len(b) for b in ids.values())])
     assert p.appended > 0
     assert most == 1
+    assert {"delta", "merged1", "merged2"} <= levels, levels
     assert p.tables(spark) == expected
 
 
