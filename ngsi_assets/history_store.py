@@ -58,6 +58,7 @@ from ngsi_assets.transforms.transaction_history import (
     sorted_for_numbering,
     transaction_faults,
 )
+from ngsi_assets.transforms.versioned_entities import OPEN_PREFIX
 from resources.history import DEFAULT_SCHEMA
 from resources.lake import LakeResource
 from resources.parallel import DEFAULT_WORKERS, results, side_by_side
@@ -347,7 +348,7 @@ class HistoryStore:
         latest = self.latest(folder)
         if not changed_buckets:
             return None
-        versions = self.lake.read_folders(self.spark, VERSIONS_DS, BUCKET, changed_buckets, subfolder=folder)
+        versions = self._open_versions(folder, changed_buckets)
         head = self._head(folder, changed_buckets)
         if versions is None:
             current = self.spark.createDataFrame([], CURRENT)
@@ -390,6 +391,26 @@ class HistoryStore:
         return _Staged(
             space, folder, txn, tnx, ts, first_i, total, counts, changed_buckets, now_sigs, head, written, verification
         )
+
+    def _open_versions(self, folder: str, buckets: Sequence[int]) -> DataFrame | None:
+        """The versions of ``buckets`` a transaction compares with HEAD: their open rows' files where
+        they keep them apart (``OPEN_PREFIX``), else the whole bucket. Other rows are left out, so the
+        read costs the buckets' keys, not their history; a column only other rows have is null here,
+        and a state leaves nulls out."""
+        names = self.lake.folder_file_names(VERSIONS_DS, BUCKET, buckets, subfolder=folder)
+        opened = {b: [n for n in ns if n.startswith(OPEN_PREFIX)] for b, ns in names.items()}
+        parts = [
+            self.lake.read_folder_files(
+                self.spark, VERSIONS_DS, BUCKET, {b: ns for b, ns in opened.items() if ns}, None, subfolder=folder
+            )
+        ]
+        whole = [int(b) for b, ns in opened.items() if not ns]
+        if whole:
+            parts.append(self.lake.read_folders(self.spark, VERSIONS_DS, BUCKET, whole, subfolder=folder))
+        present = [p for p in parts if p is not None]
+        if not present:
+            return None
+        return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), present)
 
     def _commit_staged(
         self, st: _Staged, global_id: int, table: str, commit_msg: str, commit_json: dict[str, Any]

@@ -858,18 +858,20 @@ class LakeResource(ConfigurableResource):
         dataset: str,
         column: str,
         files: Mapping[str, Sequence[str]],
-        schema: StructType,
+        schema: StructType | None,
         *,
         subfolder: str = "",
     ) -> DataFrame | None:
         """Rows of some files of some ``column=value`` folders ({value: file names}, as
-        ``folder_file_names`` gives them), read with ``schema`` (which includes ``column``); None for
-        no file."""
+        ``folder_file_names`` gives them), read with ``schema`` (which includes ``column``) or, for None,
+        with the files' schemas merged; None for no file."""
         base = self.folder_uri(dataset, subfolder)
         paths = [f"{base}/{column}={v}/{n}" for v, names in sorted(files.items()) for n in names]
         if not paths:
             return None
-        return spark.read.option("basePath", base).schema(schema).parquet(*paths)
+        reader = spark.read.option("basePath", base)
+        reader = reader.schema(schema) if schema is not None else reader.option("mergeSchema", "true")
+        return reader.parquet(*paths)
 
     def add_to_folders(self, add: FolderAdd) -> None:
         """Change some files of the ``column=value`` folders ``add.values`` and leave their other files

@@ -935,6 +935,11 @@ FOLD_INPUT = StructType(
 )
 
 
+# The lake keeps each bucket's open rows (valid_to null: one per key) in files of their own, named so:
+# what reads only the keys' current state (a batch going on from it, the transaction history) reads
+# those files, not the bucket's history.
+OPEN_PREFIX = "open-"
+
 # Per key of a bucket, the effective time of its latest stored record that is folded (not ``seen``):
 # what a batch compares its new records with (``keys_after_their_marks``), kept beside the records so
 # that the comparison costs the bucket's keys, not their history.
