@@ -28,6 +28,7 @@ one run alone is noisy on a shared 2-core machine.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -319,26 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         job, first, last, increment, derived = args.child
         return child(job, first, last, json.loads(increment), json.loads(derived))
 
-    from tests.support.servers import mysql_server_url, postgres_server_url, start_mariadb, start_postgres
-
-    work = Path(tempfile.mkdtemp(prefix="ngsi-bench-growth-"))
-    servers, procs = [], []
-    try:
-        pg, my = start_postgres(), start_mariadb()
-        servers += [pg, my]
-        sinks = work / "sql_sinks.yaml"
-        common = "  last_data_mode: both\n  data_model: dm-by-entity-type\n"
-        sinks.write_text(
-            f"postgresql:\n  url: {postgres_server_url(pg)}\n{common}mysql:\n  url: {mysql_server_url(my)}\n{common}"
-        )
-        connect, remote = start_connect_server(work)
-        procs.append(connect)
-        lab = Lab(work, {"NGSI_SPARK_REMOTE": remote, "NGSI_SQL_SINKS_CONFIG": str(sinks)})
-        # Warm the server (JIT, Python workers) on a small hour of its own, as a running platform is.
-        warm_env, warm_landing = lab.platform("warm-up")
-        land(warm_landing, MEASURED_HOUR_MS - 40 * 24 * HOUR_MS, range(50), 4)
-        run_job(warm_env, "ngsi_ingest_job", hour_key(MEASURED_HOUR_MS - 40 * 24 * HOUR_MS))
-        print("warmed up", flush=True)
+    with warm_lab("ngsi-bench-growth-") as lab:
         one = one_percent(lab, args.keys, args.per_key, args.repeat)
         print(json.dumps({k: v["seconds"] for k, v in one.items()}), flush=True)
         ages = []
@@ -351,6 +334,32 @@ def main(argv: list[str] | None = None) -> int:
         if args.write_results:
             write_results(block, BEGIN, END, "Growth: cost against new data and history age")
         return 0
+
+
+@contextlib.contextmanager
+def warm_lab(prefix: str) -> Iterator[Lab]:
+    """A Lab over PostgreSQL and MariaDB (historic and last data) and one Spark Connect server, warmed
+    up (JIT, Python workers) on a small hour of its own, as a running platform is; all stopped after."""
+    from tests.support.servers import mysql_server_url, postgres_server_url, start_mariadb, start_postgres
+
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    servers, procs = [], []
+    try:
+        pg, my = start_postgres(), start_mariadb()
+        servers += [pg, my]
+        sinks = work / "sql_sinks.yaml"
+        common = "  last_data_mode: both\n  data_model: dm-by-entity-type\n"
+        sinks.write_text(
+            f"postgresql:\n  url: {postgres_server_url(pg)}\n{common}mysql:\n  url: {mysql_server_url(my)}\n{common}"
+        )
+        connect, remote = start_connect_server(work)
+        procs.append(connect)
+        lab = Lab(work, {"NGSI_SPARK_REMOTE": remote, "NGSI_SQL_SINKS_CONFIG": str(sinks)})
+        warm_env, warm_landing = lab.platform("warm-up")
+        land(warm_landing, MEASURED_HOUR_MS - 40 * 24 * HOUR_MS, range(50), 4)
+        run_job(warm_env, "ngsi_ingest_job", hour_key(MEASURED_HOUR_MS - 40 * 24 * HOUR_MS))
+        print("warmed up", flush=True)
+        yield lab
     finally:
         for p in procs:
             stop_group(p)
