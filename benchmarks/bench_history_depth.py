@@ -51,12 +51,10 @@ END = "<!-- bench_history_depth:end -->"
 def folded(home: Path, run_id: str) -> dict[str, Any]:
     """What the run's ``versioned_entities`` step did: how it folded and, summed over entities, the
     buckets it rewrote and added to."""
-    from dagster import AssetKey, DagsterEventType, DagsterInstance, EventRecordsFilter
+    from dagster import AssetKey, DagsterInstance
 
     with DagsterInstance.from_config(str(home)) as instance:
-        records = instance.get_event_records(
-            EventRecordsFilter(DagsterEventType.ASSET_MATERIALIZATION, asset_key=AssetKey("versioned_entities"))
-        )
+        records = instance.fetch_materializations(AssetKey("versioned_entities"), limit=20).records
         for record in records:
             if record.run_id != run_id:
                 continue
