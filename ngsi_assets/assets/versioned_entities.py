@@ -524,12 +524,7 @@ class VersioningRun:
                 keys = new.select(F.col("guid").alias(GUID)).distinct()
                 parts.append(added_rows.join(keys, GUID, "left_semi"))
         # No rows at all (say, only deletes of keys never inserted): an empty table of the right shape.
-        present = [p for p in parts if p is not None]
-        written = (
-            functools.reduce(DataFrame.unionByName, present)
-            if present
-            else self.spark.createDataFrame([], _table_schema(fields))
-        )
+        written = union_all([p for p in parts if p is not None], _table_schema(fields), self.spark)
         if work.definition is not None and work.definition.export:
             self.lake.replace_folders(
                 export_rows(written, work.definition), EXPORTS_DS, BUCKET, affected, subfolder=folder
