@@ -266,6 +266,10 @@ def render(args: argparse.Namespace, one: dict[str, Any], ages: list[dict[str, A
         f"| {100 * der / full:.0f}% "
         f"| {fmt_steps(one['derived']['steps'])} |",
         f"| increment + derived | {inc + der:.1f} | {100 * (inc + der) / full:.0f}% | |",
+    ]
+    if not ages:
+        return "\n".join([*lines, END])
+    lines += [
         "",
         f"**History age.** {args.history_keys} cars, {args.history_per_hour} notifications an hour of history, "
         f"backfilled as one run; then the next hour ({keys * per_key} notifications) whole, then 1% new keys "
@@ -311,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--keys", type=int, default=600)
     parser.add_argument("--per-key", type=int, default=10)
-    parser.add_argument("--days", type=int, nargs="+", default=[1, 30])
+    parser.add_argument(
+        "--days", type=int, nargs="*", default=[1, 30], help="history ages; none measures only the 1% new keys"
+    )
     parser.add_argument("--history-keys", type=int, default=60)
     parser.add_argument("--history-per-hour", type=int, default=120)
     parser.add_argument("--repeat", type=int, default=3, help="incremental paths per experiment (medians)")
