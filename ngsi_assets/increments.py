@@ -148,13 +148,17 @@ class FoldPlan:
         parts = {k: c.increments for k, c in self.contents.items()}
         return lake.read_hour_parts(spark, dataset, schema, parts)
 
-    def drop_unfinished_batches(self, lake: LakeResource, datasets: Sequence[str]) -> None:
-        """Remove from the hour the files of a batch whose run was killed before the ledger named it (the
-        batch folded now includes its increments)."""
+    def unfinished_batches(self, lake: LakeResource, dataset: str) -> set[str]:
+        """The batches whose files ``dataset`` holds in the hour but the ledger does not name: their
+        runs were killed before it did (the batch folded now includes their increments)."""
         assert self.folded is not None and self.todo
+        return lake.increment_ids(dataset, next(iter(self.contents))) - self.folded.batches
+
+    def drop_unfinished_batches(self, lake: LakeResource, datasets: Sequence[str]) -> None:
+        """Remove from the hour the files of the unfinished batches."""
         key = next(iter(self.contents))
         for ds in datasets:
-            for stale in lake.increment_ids(ds, key) - self.folded.batches:
+            for stale in self.unfinished_batches(lake, ds):
                 lake.delete_increment(ds, key, stale)
 
     def record(self, lake: LakeResource, ledger: str) -> None:

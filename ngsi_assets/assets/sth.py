@@ -37,8 +37,10 @@ from ngsi_assets.transforms.sth import (
     STH_PARTIALS,
     STH_REJECTS,
     STH_ROLLUPS,
+    bucket_of,
     build_documents,
     classify_events,
+    compact_rollups,
     day_hour_mismatches,
     documents_of,
     receive_parts,
@@ -48,7 +50,7 @@ from ngsi_assets.transforms.sth import (
     unaccounted_samples,
     with_tombstones,
 )
-from resources.lake import FolderWrite, LakeResource, key_to_dt
+from resources.lake import FolderAdd, FolderWrite, LakeResource, key_to_dt
 from resources.mongo import MongoResource
 from resources.parallel import results, side_by_side
 from resources.spark import collect_small, row_count
@@ -59,6 +61,10 @@ PARTIALS = "sth_partials"
 ROLLUPS = "sth_rollups"
 # Written once every hour's partials are in the rollups (see _update_rollups).
 ROLLUPS_COMPLETE = "_complete.json"
+# Continuous mode's batches add files of their own to the rollup buckets (see _add_batch_rollups);
+# a bucket holding this many is compacted by the next batch that adds to it.
+BATCH_ROLLUPS_PREFIX = "batch-"
+MAX_BATCH_ROLLUPS = 24
 REJECTS = "sth_rejects"
 EXAMPLES = 5
 # Collections listed one by one in the metadata; the rest are summed up.
@@ -98,6 +104,59 @@ def _update_rollups(session: SparkSession, lake: LakeResource, keys: list[str], 
     if not complete:
         lake.write_dataset_file(ROLLUPS, ROLLUPS_COMPLETE, json.dumps({"format": 1}))
     return buckets
+
+
+def _batch_prefix(batch: str) -> str:
+    """The rollup files a batch adds to each bucket it touches (see ``_add_batch_rollups``)."""
+    return f"{BATCH_ROLLUPS_PREFIX}{batch}-"
+
+
+def _add_batch_rollups(session: SparkSession, lake: LakeResource, batch: str, batch_partials: DataFrame) -> list[str]:
+    """Add a batch's rollup rows to the buckets it touches, as files of its own; the buckets.
+
+    The batch's second, minute and hour rows are its partials as they are, and its day and month
+    rows its partials merged per slot and receive day: with the rows already in the buckets they
+    give the documents a rewrite of the buckets would, so the run writes what the batch brings, not
+    the hour, day or year its buckets hold. A rerun of the batch replaces its own files. A bucket
+    that already holds ``MAX_BATCH_ROLLUPS`` batches' files is compacted first, in the same write:
+    its rows merged per slot and part into one file (the same documents).
+    """
+    rows = rollup_rows(batch_partials, batch_partials).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        buckets = sorted(r["bucket"] for r in rows.select("bucket").distinct().collect())
+        if not buckets:
+            return []
+        files = lake.folder_file_names(ROLLUPS, "bucket", buckets)
+        full = [
+            b
+            for b, names in files.items()
+            if sum(n.startswith(BATCH_ROLLUPS_PREFIX) for n in names) >= MAX_BATCH_ROLLUPS
+        ]
+        writes: list[FolderWrite | FolderAdd] = []
+        if full:
+            old = lake.read_folders(session, ROLLUPS, "bucket", full, schema=STH_ROLLUPS)
+            assert old is not None, "buckets with files"
+            writes.append(FolderWrite(compact_rollups(old), ROLLUPS, "bucket", full))
+        prefix = _batch_prefix(batch)
+        writes.append(FolderAdd([(rows, prefix)], ROLLUPS, "bucket", buckets, remove_prefixes=(prefix,)))
+        lake.replace_together(writes)
+    finally:
+        rows.unpersist()
+    return buckets
+
+
+def _drop_unfinished_rollups(session: SparkSession, lake: LakeResource, key: str, plan: FoldPlan) -> None:
+    """Remove the rollup files of the hour's batches whose runs were killed before the ledger named
+    them, before their partials go: the buckets they touched are found from those partials (a run
+    killed after this and before the partials go does it again)."""
+    stale = sorted(plan.unfinished_batches(lake, PARTIALS))
+    if not stale:
+        return
+    partials = [lake.read_increment(session, PARTIALS, STH_PARTIALS, key, b) for b in stale]
+    touched = functools.reduce(DataFrame.unionByName, partials).select(bucket_of().alias("bucket")).distinct()
+    buckets = sorted(r["bucket"] for r in touched.collect())
+    prefixes = tuple(_batch_prefix(b) for b in stale)
+    lake.add_to_folders(FolderAdd((), ROLLUPS, "bucket", buckets, remove_prefixes=prefixes))
 
 
 @asset(
@@ -218,6 +277,7 @@ def _materialize(
     bring the rollups of the hours up to date and rebuild the documents the new partials touch."""
     batch = plan.batch
     if batch is not None:
+        _drop_unfinished_rollups(session, lake, keys[0], plan)
         plan.drop_unfinished_batches(lake, (PARTIALS, REJECTS))
     events = plan.read(lake, session, "ngsi_events", NGSI_EVENTS)
     # Three consumers (rejects, partials, counts): classify (and name) each event once.
@@ -252,12 +312,16 @@ def _materialize(
             )
     finally:
         classified.unpersist()
-    run_partials = lake.read(session, PARTIALS, STH_PARTIALS, keys)
-    rollups_built = _update_rollups(session, lake, keys, run_partials)
     # The documents the new partials touch (a batch's own, or the hours' with their tombstones).
-    new_partials = (
-        run_partials if batch is None else lake.read_increment(session, PARTIALS, STH_PARTIALS, keys[0], batch)
-    )
+    if batch is not None and lake.read_dataset_file(ROLLUPS, ROLLUPS_COMPLETE) is not None:
+        new_partials = lake.read_increment(session, PARTIALS, STH_PARTIALS, keys[0], batch)
+        rollups_built = _add_batch_rollups(session, lake, batch, new_partials)
+    else:
+        run_partials = lake.read(session, PARTIALS, STH_PARTIALS, keys)
+        rollups_built = _update_rollups(session, lake, keys, run_partials)
+        new_partials = (
+            run_partials if batch is None else lake.read_increment(session, PARTIALS, STH_PARTIALS, keys[0], batch)
+        )
     touched = new_partials.select(*DOC_COLUMNS).distinct()
     stored = lake.read_folders(session, ROLLUPS, "bucket", rollups_built, schema=STH_ROLLUPS)
     if stored is None:

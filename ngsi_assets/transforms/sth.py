@@ -605,6 +605,13 @@ def rollup_rows(hour_partials: DataFrame, day_partials: DataFrame) -> DataFrame:
     return rows.withColumn("bucket", bucket_of())
 
 
+def compact_rollups(rollups: DataFrame) -> DataFrame:
+    """The same rollup rows (STH_ROLLUPS) merged to one row per slot, ``part`` and bucket: a bucket
+    that batches added rows of their own to gives the same documents from fewer rows."""
+    merged = merge_partials(rollups, order="part", by=("part", "bucket"))
+    return merged.select(*STH_ROLLUPS.fieldNames())
+
+
 def receive_parts(dts: list[str]) -> list[str]:
     """The ``part`` values that rollup rows of receive hours ``dts`` carry: the hours and their days."""
     return sorted({*dts, *(dt[:10] for dt in dts)})

@@ -17,8 +17,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from ngsi_assets.assets import sth as sth_module
 from ngsi_assets.assets.ingest import message_store, ngsi_events
-from ngsi_assets.assets.sth import PARTIALS, REJECTS, ROLLUPS, sth_aggregates
+from ngsi_assets.assets.sth import BATCH_ROLLUPS_PREFIX, PARTIALS, REJECTS, ROLLUPS, sth_aggregates
 from ngsi_assets.increments import FOLDED_FILE
 from ngsi_assets.ngsi.sth_config import STHConfig
 from ngsi_assets.transforms.sth import STH_PARTIALS, STH_REJECTS, STH_ROLLUPS, build_documents, merge_partials
@@ -50,6 +51,13 @@ def sth_tables(spark: SparkSession, lake: LakeResource, db_prefix: str = "sth_")
         name: sorted((_norm(r.asDict(recursive=True)) for r in df.collect()), key=repr)
         for name, df in (("rejects", rejects), ("partials", partials), ("documents", documents))
     }
+
+
+def batch_rollup_files(lake: LakeResource) -> dict[str, int]:
+    """The number of files batches added to each rollup bucket."""
+    buckets = [n.removeprefix("bucket=") for n in lake.files().list_names(lake.dataset_uri(ROLLUPS)) if "=" in n]
+    files = lake.folder_file_names(ROLLUPS, "bucket", buckets)
+    return {b: sum(n.startswith(BATCH_ROLLUPS_PREFIX) for n in names) for b, names in files.items()}
 
 
 def _derived(p: Lake) -> dict[str, Any]:
@@ -84,11 +92,31 @@ def test_batches_of_increments_equal_the_whole_hour(spark: SparkSession, tmp_pat
         assert len(folds) > 1, folds
         assert sum(int(r["events"]) for r in runs) == events, folds
         assert sth_tables(spark, p.lake) == expected, f"split {seed}: {folds}"
+        if len(folds) > 2:
+            assert max(batch_rollup_files(p.lake).values()) >= 2, "batches add files to the buckets, not rewrite them"
         # A derived run with nothing new, and an increment run again, change nothing.
         assert _derived(p)["folded"] == "nothing new"
         p.run([message_store, ngsi_events], increments[2])
         assert _derived(p)["folded"] == "nothing new"
         assert sth_tables(spark, p.lake) == expected
+
+
+def test_buckets_with_too_many_batches_files_are_compacted(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With room for one batch's files a bucket, every batch that adds to a bucket compacts it first:
+    no bucket holds two batches' files, and the documents are the whole hour's."""
+    monkeypatch.setattr(sth_module, "MAX_BATCH_ROLLUPS", 1)
+    land(tmp_path / "landing", 40, _notification)
+    expected, _ = _whole(spark, tmp_path)
+    p = Lake(tmp_path, "compacted")
+    folds = []
+    for inc in split_into_increments(p.landing, random.Random(3), parts=5):
+        p.run([message_store, ngsi_events], inc)
+        folds.append(_derived(p)["folded"])
+        assert max(batch_rollup_files(p.lake).values(), default=0) <= 1, folds
+    assert folds[0] == "whole" and folds[1:] == ["1 increments"] * 4, folds
+    assert sth_tables(spark, p.lake) == expected
 
 
 def test_an_hour_rewritten_whole_after_batches_is_aggregated_whole(spark: SparkSession, tmp_path: Path) -> None:
@@ -135,27 +163,28 @@ def _documents(url: str, prefix: str) -> dict[tuple[str, str, str], dict]:
 def test_killed_batches_are_redone_and_mongodb_holds_the_whole_hours_documents(
     spark: SparkSession, tmp_path: Path, mongo_url: str, db_prefixes: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Killed after the batch's partials were in but before the rollups; killed after the documents
-    were published but before the hour's ledger: the next derived runs redo the batch (with one more
-    increment, or the same), and the lake and MongoDB hold what one whole-hour run gives."""
+    """Killed after the batch's partials were in but before the rollups, then after the documents
+    were published but before the hour's ledger: the next derived runs redo the batch with one more
+    increment, or the same; the files a batch killed so left in the rollups go. The lake and MongoDB
+    hold what one whole-hour run gives."""
     whole_prefix, split_prefix = db_prefixes
     land(tmp_path / "landing", 40, _notification)
     expected, events = _whole(spark, tmp_path, STHSinkResource(mongo_url=mongo_url, db_prefix=whole_prefix))
     p = Lake(tmp_path, "killed", STHSinkResource(mongo_url=mongo_url, db_prefix=split_prefix))
-    a, b, c, d = split_into_increments(p.landing, random.Random(5), parts=4)
+    a, b, c, d, e, f = split_into_increments(p.landing, random.Random(5), parts=6)
     p.run([message_store, ngsi_events], a)
     assert _derived(p)["folded"] == "whole"
     p.run([message_store, ngsi_events], b)
 
-    real_replace = LakeResource.replace_folders
+    real_together = LakeResource.replace_together
 
-    def dies_at_the_rollups(self: LakeResource, df: Any, dataset: str, *args: Any, **kwargs: Any) -> None:
-        if dataset == ROLLUPS:
+    def dies_at_the_rollups(self: LakeResource, writes: Any) -> None:
+        if any(w.dataset == ROLLUPS for w in writes):
             raise RuntimeError("killed")
-        real_replace(self, df, dataset, *args, **kwargs)
+        real_together(self, writes)
 
     with monkeypatch.context() as m:
-        m.setattr(LakeResource, "replace_folders", dies_at_the_rollups)
+        m.setattr(LakeResource, "replace_together", dies_at_the_rollups)
         with pytest.raises(Exception, match="killed"):
             _derived(p)
     assert p.lake.increment_ids(PARTIALS, HOUR_KEY), "the killed batch left its partials"
@@ -171,12 +200,22 @@ def test_killed_batches_are_redone_and_mongodb_holds_the_whole_hours_documents(
             raise RuntimeError("killed")
         real_write(self, dataset, key, name, text)
 
-    with monkeypatch.context() as m:
-        m.setattr(LakeResource, "write_hour_file", dies_at_the_ledger)
-        with pytest.raises(Exception, match="killed"):
-            _derived(p)
-    last = _derived(p)
-    assert last["folded"] == "1 increments" and last["published"] is True
+    def killed_at_the_ledger() -> None:
+        with monkeypatch.context() as m:
+            m.setattr(LakeResource, "write_hour_file", dies_at_the_ledger)
+            with pytest.raises(Exception, match="killed"):
+                _derived(p)
+
+    killed_at_the_ledger()
+    same = _derived(p)
+    assert same["folded"] == "1 increments" and same["published"] is True
+    p.run([message_store, ngsi_events], e)
+    before = sum(batch_rollup_files(p.lake).values())
+    killed_at_the_ledger()
+    assert sum(batch_rollup_files(p.lake).values()) > before, "the killed batch left its rollup files"
+    p.run([message_store, ngsi_events], f)
+    bigger = _derived(p)
+    assert bigger["folded"] == "2 increments" and bigger["published"] is True
     assert sth_tables(spark, p.lake, split_prefix) == expected
     whole_docs, split_docs = _documents(mongo_url, whole_prefix), _documents(mongo_url, split_prefix)
     assert len(whole_docs) > 20

@@ -511,6 +511,39 @@ def test_documents_from_rollups_equal_documents_from_partials(spark: SparkSessio
     assert len(docs(partials, "dt")) == 20
 
 
+def test_batches_rollups_compacted_give_the_same_documents_from_fewer_rows(spark: SparkSession) -> None:
+    """Each batch's rollup rows kept beside the others' (continuous mode), and those rows compacted to
+    one per slot and part, give the documents of the rollups of all the events at once."""
+    cfg = STHConfig(data_model="dm-by-entity")  # every resolution
+    rows = [
+        ev("c", "speed", "1.5", ms(2026, 3, 1, 10, 5, 1), mid="a"),
+        ev("c", "speed", "2", ms(2026, 3, 1, 10, 5, 1), mid="b"),
+        ev("c", "speed", "4", ms(2026, 3, 1, 10, 50), mid="c"),
+        ev("c", "speed", "n/a", ms(2026, 3, 1, 10, 51), mid="d"),
+        ev("c", "speed", "8", ms(2026, 3, 1, 10, 52), mid="e"),
+    ]
+
+    def rollups(batch: list[dict[str, Any]]) -> DataFrame:
+        partials = sth.sth_partials(sth.classify_events(events(spark, batch), cfg), cfg.resolutions)
+        return sth.rollup_rows(partials, partials)
+
+    whole = rollups(rows)
+    batches = rollups(rows[:1]).unionByName(rollups(rows[1:3])).unionByName(rollups(rows[3:]))
+    compacted = sth.compact_rollups(batches)
+
+    def docs(df: DataFrame) -> list[tuple]:
+        out = sth.build_documents(df, cfg, 0, order="part").collect()
+        return sorted(
+            (r["resolution"], r["origin"], repr(to_document(r.asDict(recursive=True), cfg.data_model))) for r in out
+        )
+
+    assert docs(batches) == docs(whole) == docs(compacted)
+    per_slot = ["resolution", "origin", "offset", "part"]
+    assert batches.count() > whole.count() == compacted.count()
+    assert compacted.groupBy(*per_slot).count().where("count > 1").isEmpty()
+    assert compacted.columns == sth.STH_ROLLUPS.fieldNames()
+
+
 def test_tombstones_delete_documents_left_without_samples(spark: SparkSession) -> None:
     cfg = STHConfig(data_model="dm-by-service-path", resolutions="hour")
     old = sth.sth_partials(sth.classify_events(events(spark, _values_rows(["1"])), cfg), cfg.resolutions)
