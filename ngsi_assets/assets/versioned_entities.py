@@ -77,6 +77,7 @@ from ngsi_assets.transforms.versioned_entities import (
     invariant_counts,
     invariant_rows,
     keys_after_their_marks,
+    keys_never_stored,
     live_rows,
     map_ngsi_default,
     map_to_target,
@@ -147,6 +148,7 @@ class EntityOutcome:
     open_rows_not_one: int = 0
     missing_provenance: int = 0
     from_latest: int = 0  # keys folded on from their latest version, with only their new records
+    new_keys: int = 0  # keys never stored before, folded from their new records and added to their buckets
 
 
 def _key_fields(work: EntityWork) -> tuple[str, ...]:
@@ -399,7 +401,7 @@ class VersioningRun:
 
         # Every key's latest folded record time, as a batch compares its records with (``_marks``).
         marks = self._marks(work, affected)
-        on_top, latest, from_latest, appendable = None, None, 0, []
+        on_top, latest, from_latest, new_keys, appendable = None, None, 0, 0, []
         if self.batch and work.definition is None and history is None:
             # Keys whose new records all come after their stored ones (in-order traffic: nearly all) go
             # on from their latest version with only the new records, not their whole history. Only
@@ -407,13 +409,19 @@ class VersioningRun:
             files = self.lake.folder_file_names(VERSIONS_DS, BUCKET, affected, subfolder=folder)
             latest, appendable = self._latest_versions(work, fields, files)
             if latest is not None and marks is not None:
-                on_top = keys_after_their_marks(marks, new, latest).persist()
-                self._persisted.append(on_top)
-                from_latest = on_top.count()
-            if not from_latest:  # new keys only, or late records: the plain fold, with fewer joins
+                # With them, keys never stored (new cars): their new records are all their records.
+                after = keys_after_their_marks(marks, new, latest).withColumn("_new", F.lit(False))
+                never = keys_never_stored(marks, new, latest).withColumn("_new", F.lit(True))
+                both = after.unionByName(never).persist()
+                self._persisted.append(both)
+                counts = {r["_new"]: int(r["count"]) for r in both.groupBy("_new").count().collect()}
+                from_latest, new_keys = counts.get(False, 0), counts.get(True, 0)
+                on_top = both.select("guid")
+            if not from_latest and not new_keys:  # late records only: the plain fold, with fewer joins
                 on_top, appendable = None, []
         if on_top is not None:
-            # A bucket whose keys all go on from their latest version keeps its stored rows and records.
+            # A bucket whose keys all go on from their latest version (or have none) keeps its stored
+            # rows and records.
             # (A key with records of the batch's messages stored by an earlier attempt is not among them:
             # its mark is at least their time.)
             behind = (
@@ -538,6 +546,7 @@ class VersioningRun:
             buckets_rewritten=len(rewritten),
             buckets_appended=len(appendable),
             from_latest=from_latest,
+            new_keys=new_keys,
         )
 
     def _latest_versions(
@@ -893,6 +902,7 @@ def versioned_entities(
             "buckets_appended": o.buckets_appended,
             "rows": o.rows_in_rewritten_buckets,
             "keys_from_latest_version": o.from_latest,
+            "new_keys_added": o.new_keys,
         }
         for o in outcomes
     }
@@ -905,6 +915,7 @@ def versioned_entities(
             "records": sum(o.records for o in outcomes),
             "folded": folding.how,
             "keys_folded_from_latest_version": sum(o.from_latest for o in outcomes),
+            "new_keys_added": sum(o.new_keys for o in outcomes),
             "entities": MetadataValue.json(per_entity),
             "messages_by_status": MetadataValue.json(statuses),
             "messages_requiring_reprocessing": int(statuses.get(str(int(MessageStatus.REQUIRES_REPROCESSING)), 0)),

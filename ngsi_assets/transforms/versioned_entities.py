@@ -1004,6 +1004,17 @@ def keys_after_their_marks(marks: DataFrame, new: DataFrame, table: DataFrame) -
     return first.join(last, "guid").where(F.col("_first") > F.col("_last")).select("guid")
 
 
+def keys_never_stored(marks: DataFrame, new: DataFrame, table: DataFrame) -> DataFrame:
+    """(guid) of the keys with records to fold in ``new`` (ENTITY_RECORDS) but no mark in ``marks``
+    (``record_marks`` of every stored record) and no open row in ``table`` (the typed table): no
+    record of theirs was ever stored, so a fold of their new records alone is the fold of all their
+    records, and their versions can be added to their buckets (a new car in continuous traffic). A
+    run killed after its marks leaves its keys marked, so they are not among them when it is redone.
+    """
+    stored = marks.select("guid").unionByName(table.where(F.col(VALID_TO).isNull()).select(F.col(GUID).alias("guid")))
+    return new.where(F.col("op") != SEEN).select("guid").distinct().join(stored, "guid", "left_anti")
+
+
 def fold_starts(table: DataFrame, entity: str, fields: Sequence[str]) -> DataFrame:
     """FOLD_INPUT rows (op START) of the open rows of a typed table of text fields (a default NGSI
     entity's): each key's latest version, for ``fold_versions`` to go on from."""

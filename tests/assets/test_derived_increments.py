@@ -358,6 +358,53 @@ def test_a_batch_reads_no_stored_row_of_the_buckets_it_adds_to(
     assert p.tables(spark) == expected
 
 
+def _old_then_new_cars(i: int) -> Envelope:
+    """In-order speeds: the first 20 of Car0..Car4, the next 20 of New0..New9 (cars never seen before)."""
+    car = f"Car{i % CARS}" if i < 20 else f"New{i % 10}"
+    entity = {"id": car, "type": "Car", "speed": {"type": "Number", "value": i, "metadata": {}}}
+    body = json.dumps({"subscriptionId": "s1", "data": [entity]}).encode()
+    return Envelope(f"n{i:04d}", T0 + i * 1_000, "ngsi-v2", "normalized", "vehicles", "/4wheels", None, None, None,
+                    "test", body)  # fmt: skip
+
+
+def test_a_batch_of_new_keys_adds_them_to_their_buckets(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch whose keys were never stored folds only their records and adds them to their buckets:
+    it reads no stored record or version of those buckets, and the tables equal one whole-hour run."""
+    land(tmp_path / "landing", 40, _old_then_new_cars)
+    whole = Lake(tmp_path, "whole")
+    assert whole.run([message_store, ngsi_events, versioned_entities])["folded"] == "whole"
+    expected = whole.tables(spark)
+    p = Lake(tmp_path, "new-keys")
+    ranges = p.landing.complete_ranges([HOUR_KEY])
+    root = Path(p.landing.root)
+    old_cars, new_cars = (
+        Increment.of({n: r for n, r in ranges.items() if (b"New" in (root / n).read_bytes()) is new})
+        for new in (False, True)
+    )
+    p.run([message_store, ngsi_events], old_cars)
+    p.derived()
+    p.run([message_store, ngsi_events], new_cars)
+    real_read = LakeResource.read_folders
+    read: list[str] = []
+
+    def read_folders(self: LakeResource, spark: SparkSession, dataset: str, column: str, values: Any, **kw: Any) -> Any:
+        if dataset in (VERSIONS_DS, RECORDS_DS) and values is not None:  # (None: the columns, ``fields_of``)
+            read.extend(f"bucket={v}" for v in values)
+        return real_read(self, spark, dataset, column, values, **kw)
+
+    before = set(_delta_files(p.lake))
+    with monkeypatch.context() as m:
+        m.setattr(LakeResource, "read_folders", read_folders)
+        meta = p.run([versioned_entities], new_only=True)
+    assert meta["new_keys_added"] == 10 and meta["keys_folded_from_latest_version"] == 0, meta
+    appended = {f.rsplit("/", 1)[0].split("/", 1)[1] for f in set(_delta_files(p.lake)) - before}
+    assert appended, "the new cars' versions were added to buckets the old cars' are in"
+    assert not set(read) & appended, (sorted(read), sorted(appended))
+    assert p.tables(spark) == expected
+
+
 def test_a_bucket_with_too_many_batches_files_merges_them(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

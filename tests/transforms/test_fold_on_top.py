@@ -15,6 +15,7 @@ from ngsi_assets.transforms.versioned_entities import (
     fold_starts,
     fold_versions,
     keys_after_their_marks,
+    keys_never_stored,
     merged_marks,
     record_marks,
     typed_versions,
@@ -73,6 +74,33 @@ def test_keys_after_their_marks(spark: SparkSession) -> None:
     marks_ahead = merged_marks([marks, record_marks(spark.createDataFrame([new[2]], ENTITY_RECORDS))])
     on_top = keys_after_their_marks(marks_ahead, new_df, table)
     assert sorted(r.guid for r in on_top.collect()) == ["b"]
+
+
+def test_keys_never_stored(spark: SparkSession) -> None:
+    """Keys with no mark and no open row: folded from their new records alone, which gives the fold of
+    all their records (a stored ``seen`` record folds nothing)."""
+    stored = [rec("a", 1, "m1", speed="1"), rec("d", 9, "m5", op=SEEN)]
+    new = [
+        rec("a", 4, "n1", speed="4"),
+        rec("d", 10, "n5", speed="8"),
+        rec("e", 1, "n6", speed="9"),
+        rec("e", 2, "n7", speed="10"),
+        rec("f", 3, "n8", op=SEEN),  # nothing to fold
+    ]
+    stored_df, new_df = spark.createDataFrame(stored, ENTITY_RECORDS), spark.createDataFrame(new, ENTITY_RECORDS)
+    table = _table(spark, stored)
+    marks = record_marks(stored_df)
+    never = keys_never_stored(marks, new_df, table)
+    assert sorted(r.guid for r in never.collect()) == ["d", "e"]
+    alone = fold_versions(new_df.where("guid in ('d', 'e')"))
+    everything = fold_versions(stored_df.unionByName(new_df)).where("guid in ('d', 'e')")
+    assert _rows(typed_versions(alone, FIELDS)) == _rows(typed_versions(everything, FIELDS))
+    # A run killed after its marks, before its records: e is marked, so it is folded as a stored key.
+    marked = merged_marks([marks, record_marks(spark.createDataFrame([new[2]], ENTITY_RECORDS))])
+    assert sorted(r.guid for r in keys_never_stored(marked, new_df, table).collect()) == ["d"]
+    # Killed between the versions and the records (a table ahead): e's open row keeps it out too.
+    ahead = _table(spark, [*stored, new[2]])
+    assert sorted(r.guid for r in keys_never_stored(marks, new_df, ahead).collect()) == ["d"]
 
 
 def test_record_marks_merged_equal_the_marks_of_all_records(spark: SparkSession) -> None:
