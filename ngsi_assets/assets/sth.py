@@ -152,8 +152,8 @@ def _drop_unfinished_rollups(session: SparkSession, lake: LakeResource, key: str
     stale = sorted(plan.unfinished_batches(lake, PARTIALS))
     if not stale:
         return
-    partials = [lake.read_increment(session, PARTIALS, STH_PARTIALS, key, b) for b in stale]
-    touched = functools.reduce(DataFrame.unionByName, partials).select(bucket_of().alias("bucket")).distinct()
+    partials = lake.read_hour_parts(session, PARTIALS, STH_PARTIALS, {key: stale}, whole=False)
+    touched = partials.select(bucket_of().alias("bucket")).distinct()
     buckets = sorted(r["bucket"] for r in touched.collect())
     prefixes = tuple(_batch_prefix(b) for b in stale)
     lake.add_to_folders(FolderAdd((), ROLLUPS, "bucket", buckets, remove_prefixes=prefixes))
