@@ -457,10 +457,17 @@ class VersioningRun:
                 new.select(*ENTITY_RECORDS.fieldNames()).join(on_top, "guid", "left_semi")
             )
             starts = fold_starts(latest.join(on_top, GUID, "left_semi"), work.name, list(fields))
-        deletes = refresh_deletes(record_keys(to_fold), refreshes, to_fold).withColumn(
-            BUCKET, bucket_column(F.col("guid"), self.buckets)
-        )
-        versions = typed_versions(fold_versions(to_fold.unionByName(deletes), starts), fields)
+        if work.refreshes or history is not None:
+            deletes = refresh_deletes(record_keys(to_fold), refreshes, to_fold).withColumn(
+                BUCKET, bucket_column(F.col("guid"), self.buckets)
+            )
+            to_fold = to_fold.unionByName(deletes)
+        # (No refresh stored or brought: no delete to generate, and a smaller plan to analyse.)
+        versions = typed_versions(fold_versions(to_fold, starts), fields)
+        if appendable:
+            # Written as two adds (closed versions, open rows) and maybe a rewrite: folded once.
+            versions = versions.persist()
+            self._persisted.append(versions)
         writes: list[FolderWrite | FolderAdd] = []
         if marks is not None:  # the first write: committed before the records
             new_marks = merged_marks([marks, record_marks(new.select(*ENTITY_RECORDS.fieldNames()))])
