@@ -22,6 +22,7 @@ rows again, rather than rewriting the bucket (``OPEN_PREFIX``, ``DELTA_PREFIX``,
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from dagster import (
     AssetCheckResult,
@@ -123,6 +124,14 @@ INDEX = StructType([StructField("entity", StringType(), False), StructField(BUCK
 Fields = dict[str, FieldDef | None]  # a table's business fields; None: text of a default NGSI entity
 
 
+class BucketStats(NamedTuple):
+    """What a run's records of one entity bring to one bucket (``record_stats``)."""
+
+    records: int
+    keys: int
+    field_names: list[str]
+
+
 @dataclass
 class EntityWork:
     """What one target entity gets from a run."""
@@ -132,9 +141,9 @@ class EntityWork:
     records: list[DataFrame] = field(default_factory=list)
     refreshes: list[DataFrame] = field(default_factory=list)
     # Set by ``VersioningRun._cache_records``: the run's bucketed records (a filter of a cached frame,
-    # shared by every default NGSI entity), and per bucket how many records and which field names.
+    # shared by every default NGSI entity), and per bucket how many records and keys, and which field names.
     new: DataFrame | None = None
-    stats: dict[int, tuple[int, list[str]]] = field(default_factory=dict)
+    stats: dict[int, BucketStats] = field(default_factory=dict)
 
 
 @dataclass
@@ -209,7 +218,7 @@ class VersioningRun:
         existing = self.lake.read_folders(self.spark, VERSIONS_DS, BUCKET, None, subfolder=entity_folder(work.name))
         if existing is not None:
             names |= {c for c in existing.columns if c not in STANDARD_FIELDS and c != BUCKET}
-        names |= {n for _, field_names in work.stats.values() for n in field_names}
+        names |= {n for s in work.stats.values() for n in s.field_names}
         ordered = [*NGSI_KEYS, NGSI_ENTITY_TYPE]
         return {n: None for n in ordered + sorted(names - set(ordered))}
 
@@ -306,9 +315,11 @@ class VersioningRun:
         self._persisted.append(bucketed)
         self._new_records.append(bucketed)
         self._index_rows.append(bucketed.select("entity", BUCKET, PARTITION_COLUMN).distinct())
-        stats: dict[str, dict[int, tuple[int, list[str]]]] = {}
+        stats: dict[str, dict[int, BucketStats]] = {}
         for r in record_stats(bucketed, BUCKET).collect():
-            stats.setdefault(r["entity"], {})[int(r[BUCKET])] = (int(r["records"] or 0), list(r["field_names"]))
+            stats.setdefault(r["entity"], {})[int(r[BUCKET])] = BucketStats(
+                int(r["records"] or 0), int(r["keys"]), list(r["field_names"])
+            )
         for work in works:
             work.new = bucketed.where(F.col("entity") == work.name)
             work.stats = stats.get(work.name, {})
@@ -377,7 +388,7 @@ class VersioningRun:
             refreshes = history.select(*REFRESHES.fieldNames()).unionByName(refreshes_new)
 
         new_buckets = set(work.stats)
-        record_count = sum(n for n, _ in work.stats.values())
+        record_count = sum(s.records for s in work.stats.values())
         old_buckets = self._old_buckets.get(work.name, set())
         # A refresh touches every live key in its scope, wherever it is stored.
         refresh_targets = None
@@ -419,9 +430,9 @@ class VersioningRun:
                 on_top = both.select("guid")
             if not from_latest and not new_keys:  # late records only: the plain fold, with fewer joins
                 on_top, appendable = None, []
-        if on_top is not None:
+        if on_top is not None and from_latest + new_keys < sum(s.keys for s in work.stats.values()):
             # A bucket whose keys all go on from their latest version (or have none) keeps its stored
-            # rows and records.
+            # rows and records; when every key of the batch does (the counts say so), no job asks which.
             # (A key with records of the batch's messages stored by an earlier attempt is not among them:
             # its mark is at least their time.)
             behind = (

@@ -1174,14 +1174,16 @@ def record_keys(records: DataFrame) -> DataFrame:
 
 
 def record_stats(records: DataFrame, bucket: str = "bucket") -> DataFrame:
-    """(entity, bucket, records, field_names) of bucketed ENTITY_RECORDS: per entity and bucket, how
-    many records (not SEEN markers) there are and every field name they carry (sorted).
+    """(entity, bucket, records, keys, field_names) of bucketed ENTITY_RECORDS: per entity and bucket,
+    how many records (not SEEN markers) there are, how many keys (guids, SEEN markers' too) and every
+    field name they carry (sorted).
 
     Its size follows the entities and buckets, not the records: one small collect tells a run which
     buckets each entity touches and which columns its table needs.
     """
     return records.groupBy("entity", bucket).agg(
         F.sum((F.col("op") != SEEN).cast("int")).cast("int").alias("records"),
+        F.count_distinct("guid").cast("int").alias("keys"),
         F.array_sort(F.array_distinct(F.flatten(F.collect_set(F.map_keys("fields"))))).alias("field_names"),
     )
 
