@@ -468,7 +468,7 @@ class VersioningRun:
                 new.select(*ENTITY_RECORDS.fieldNames()).join(on_top, "guid", "left_semi")
             )
             starts = fold_starts(latest.join(on_top, GUID, "left_semi"), work.name, list(fields))
-        if work.refreshes or history is not None:
+        if has_refreshes or history is not None:
             deletes = refresh_deletes(record_keys(to_fold), refreshes, to_fold).withColumn(
                 BUCKET, bucket_column(F.col("guid"), self.buckets)
             )
