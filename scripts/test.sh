@@ -7,7 +7,9 @@
 # PostgreSQL, MariaDB and MongoDB-wire servers (tests/support/servers.py) and stops them at the end.
 # Tests run in NGSI_TEST_WORKERS processes (pytest-xdist, default 2; 0 runs them in pytest's own),
 # each with its own servers and Spark session, a test module's tests all in the same process: much
-# of a test's time is latency (Dagster runs, small Spark jobs), which two processes overlap.
+# of a test's time is latency (Dagster runs, small Spark jobs), which two processes overlap. Files
+# are handed out in the order tests/conftest.py sorts them (slowest first; --no-loadscope-reorder
+# stops xdist from reordering them by their number of tests).
 # Exits with pytest's exit code; "no tests collected" (5) is a failure like any other non-zero code.
 set -euo pipefail
 
@@ -31,7 +33,7 @@ fi
 ensure_venv test
 
 rc=0
-.venv/bin/pytest -n "${NGSI_TEST_WORKERS:-2}" --dist loadfile "$@" || rc=$?
+.venv/bin/pytest -n "${NGSI_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@" || rc=$?
 if [[ $rc -eq 5 ]]; then
     log "pytest collected no tests: failing"
 fi
