@@ -23,21 +23,25 @@ from tests.support.servers import (  # noqa: F401  (fixtures)
 )
 from tests.support.spark import _release_cached_frames, spark  # noqa: F401  (fixtures)
 
-# The slowest files, slowest first (from the per-file times of a full run: BENCHMARKS.md, "Test
-# suite"); every other file follows in collection order. tests/test_suite_order.py checks each exists.
+# The slowest files, slowest first, with their seconds in a full run of the test command (session 30,
+# AMD EPYC 2 cores: BENCHMARKS.md, "Test suite"); every other file follows in collection order.
+# tests/test_suite_order.py checks that each still exists.
 SLOWEST_FIRST = (
-    "tests/cluster/test_spark_modes.py",
-    "tests/assets/test_derived_increments.py",
-    "tests/assets/test_versioning_rules.py",
-    "tests/demo/test_city.py",
-    "tests/assets/test_sth_increments.py",
-    "tests/assets/test_increments.py",
-    "tests/assets/test_versioning_property.py",
-    "tests/assets/test_history_property.py",
-    "tests/resources/test_lake_commits.py",
-    "tests/assets/test_ingest_assets.py",
-    "tests/cluster/test_shared_session.py",
-    "tests/cluster/test_scheduler_pools.py",
+    "tests/assets/test_derived_increments.py",  # 3,212 s
+    "tests/cluster/test_spark_modes.py",  # 2,326 s (1,432 s alone)
+    "tests/assets/test_increments.py",  # 785 s
+    "tests/assets/test_versioning_rules.py",  # 675 s
+    "tests/assets/test_sth_increments.py",  # 589 s
+    "tests/assets/test_last_data_state.py",  # 319 s
+    "tests/assets/test_sth_assets.py",  # 296 s
+    "tests/assets/test_last_data_rules.py",  # 244 s
+    "tests/assets/test_csv_reader.py",  # 194 s
+    "tests/resources/test_history_store.py",  # 178 s
+    "tests/assets/test_history_property.py",  # 160 s
+    "tests/sinks/test_sql_sinks_spark.py",  # 147 s
+    "tests/assets/test_transaction_history.py",  # 147 s
+    "tests/assets/test_mongo_raw_asset.py",  # 143 s
+    "tests/assets/test_versioning_property.py",  # 119 s
 )
 
 
