@@ -6,8 +6,10 @@ larger batch or rerun, equals an uninterrupted one; a batch that cannot be folde
 
 from __future__ import annotations
 
+import copy
 import json
 import random
+import shutil
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -168,11 +170,28 @@ def _whole(spark: SparkSession, tmp_path: Path) -> dict[str, list]:
     return tables
 
 
-def test_batches_of_increments_equal_the_whole_hour(spark: SparkSession, tmp_path: Path) -> None:
+WholeHour = tuple[Path, dict[str, list]]
+
+
+@pytest.fixture(scope="module")
+def whole_hour(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> WholeHour:
+    """The hour of ``_notification`` landed once and the tables of one whole-hour run of it, which
+    most tests here compare with: one whole run for the module, not one per test."""
+    root = tmp_path_factory.mktemp("whole-hour")
+    land(root / "landing", 40, _notification)
+    return root / "landing", _whole(spark, root)
+
+
+def _landed(whole_hour: WholeHour, tmp_path: Path) -> dict[str, list]:
+    """That landing copied (the same segment files) to ``tmp_path``; the whole-hour tables."""
+    shutil.copytree(whole_hour[0], tmp_path / "landing")
+    return copy.deepcopy(whole_hour[1])
+
+
+def test_batches_of_increments_equal_the_whole_hour(spark: SparkSession, whole_hour: WholeHour, tmp_path: Path) -> None:
     """Random splits into increments, folded in random batches, give the tables of one whole-hour run;
     every batch, the hour's first too, is folded on top of the hour, not the hour again."""
-    land(tmp_path / "landing", 40, _notification)
-    expected = _whole(spark, tmp_path)
+    expected = _landed(whole_hour, tmp_path)
     for seed in (1, 2):
         rng = random.Random(seed)
         p = Lake(tmp_path, f"split{seed}")
@@ -194,10 +213,11 @@ def test_batches_of_increments_equal_the_whole_hour(spark: SparkSession, tmp_pat
         assert p.tables(spark) == expected
 
 
-def _first_of_four_folded(spark: SparkSession, tmp_path: Path, name: str) -> tuple[Lake, dict[str, list], list]:
+def _first_of_four_folded(
+    spark: SparkSession, whole_hour: WholeHour, tmp_path: Path, name: str
+) -> tuple[Lake, dict[str, list], list]:
     """The whole hour's tables; a lake with the first of four increments folded; the other three."""
-    land(tmp_path / "landing", 40, _notification)
-    expected = _whole(spark, tmp_path)
+    expected = _landed(whole_hour, tmp_path)
     p = Lake(tmp_path, name)
     a, *rest = split_into_increments(p.landing, random.Random(5), parts=4)
     p.run([message_store, ngsi_events], a)
@@ -206,12 +226,12 @@ def _first_of_four_folded(spark: SparkSession, tmp_path: Path, name: str) -> tup
 
 
 def test_a_batch_killed_part_way_is_redone_by_the_next_run(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, whole_hour: WholeHour, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Killed after the versions and some of the batch's log rows were written: the next derived run
     (with one more increment) folds the unfinished increments again, with no row twice. Killed after
     every row but before the hour's record of them: the same batch again."""
-    p, expected, (b, c, d) = _first_of_four_folded(spark, tmp_path, "killed")
+    p, expected, (b, c, d) = _first_of_four_folded(spark, whole_hour, tmp_path, "killed")
     p.run([message_store, ngsi_events], b)
 
     real_append = LakeResource.append_increment
@@ -257,12 +277,12 @@ def _delta_files(lake: LakeResource) -> list[str]:
 
 
 def test_a_batch_killed_between_its_versions_and_its_records_is_redone_by_the_next_run(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, whole_hour: WholeHour, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A batch added its versions to some buckets and died before adding its records there: the next
     run (the same batch again, then one more increment) folds them again, and the tables equal one
     whole-hour run. So does a batch that dies after adding its records too."""
-    p, expected, (b, c, d) = _first_of_four_folded(spark, tmp_path, "between")
+    p, expected, (b, c, d) = _first_of_four_folded(spark, whole_hour, tmp_path, "between")
     real_add = LakeResource._add_in
 
     def dies_at(dataset: str) -> Any:
@@ -287,12 +307,12 @@ def test_a_batch_killed_between_its_versions_and_its_records_is_redone_by_the_ne
 
 
 def test_a_batch_killed_after_its_marks_is_redone_by_the_next_run(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, whole_hour: WholeHour, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A batch wrote its records' latest times (its first write) and died before its versions and
     records: the marks are later than the records, and the next run (the same batch again, with one
     more increment) equals one whole-hour run."""
-    p, expected, (b, c, d) = _first_of_four_folded(spark, tmp_path, "marked")
+    p, expected, (b, c, d) = _first_of_four_folded(spark, whole_hour, tmp_path, "marked")
     real_swap = LakeResource._swap_in
 
     def swap_in(self: LakeResource, write: Any, *args: Any) -> None:
@@ -316,10 +336,12 @@ def test_a_batch_killed_after_its_marks_is_redone_by_the_next_run(
     assert p.tables(spark) == expected
 
 
-def test_a_lake_without_marks_is_folded_from_its_records(spark: SparkSession, tmp_path: Path) -> None:
+def test_a_lake_without_marks_is_folded_from_its_records(
+    spark: SparkSession, whole_hour: WholeHour, tmp_path: Path
+) -> None:
     """Buckets written before marks were kept (no marks folder): a batch takes its keys' latest times
     from their records, still folds keys on from their latest version, and writes the marks."""
-    p, expected, (b, c, d) = _first_of_four_folded(spark, tmp_path, "unmarked")
+    p, expected, (b, c, d) = _first_of_four_folded(spark, whole_hour, tmp_path, "unmarked")
     for increment in (b, c, d):
         p.lake.files().delete(p.lake.dataset_uri(MARKS_DS))
         p.run([message_store, ngsi_events], increment)
@@ -329,11 +351,11 @@ def test_a_lake_without_marks_is_folded_from_its_records(spark: SparkSession, tm
 
 
 def test_a_batch_reads_no_stored_row_of_the_buckets_it_adds_to(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, whole_hour: WholeHour, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A batch that adds to a bucket reads the bucket's marks and open rows, not its stored records or
     versions: its cost follows the bucket's keys, not their history."""
-    p, expected, increments = _first_of_four_folded(spark, tmp_path, "reads")
+    p, expected, increments = _first_of_four_folded(spark, whole_hour, tmp_path, "reads")
     real_read = LakeResource.read_folders
     read: list[tuple[str, str]] = []
 
@@ -406,14 +428,13 @@ def test_a_batch_of_new_keys_adds_them_to_their_buckets(
 
 
 def test_a_bucket_with_too_many_batches_files_merges_them(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, whole_hour: WholeHour, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With room for one batch's files (and one merge's) in a bucket, the next batch that adds to it
     merges the earlier batch's files into one of the next level: no bucket ever holds two files' ids
     of a level, and the tables equal one whole-hour run."""
     monkeypatch.setattr("ngsi_assets.assets.versioned_entities.MAX_DELTAS", 1)
-    land(tmp_path / "landing", 40, _notification)
-    expected = _whole(spark, tmp_path)
+    expected = _landed(whole_hour, tmp_path)
     p = Lake(tmp_path, "compacted")
     increments = split_into_increments(p.landing, random.Random(3), parts=6)
     most, levels = 0, set()
@@ -435,10 +456,11 @@ def test_a_bucket_with_too_many_batches_files_merges_them(
     assert {"delta", "merged1"} <= levels, levels
 
 
-def _first_half_folded(spark: SparkSession, tmp_path: Path, seed: int) -> tuple[Lake, dict[str, list], Increment]:
+def _first_half_folded(
+    spark: SparkSession, whole_hour: WholeHour, tmp_path: Path, seed: int
+) -> tuple[Lake, dict[str, list], Increment]:
     """The whole hour's tables; a lake with the first of two increments folded; the second increment."""
-    land(tmp_path / "landing", 40, _notification)
-    expected = _whole(spark, tmp_path)
+    expected = _landed(whole_hour, tmp_path)
     p = Lake(tmp_path, f"half{seed}")
     first, second = split_into_increments(p.landing, random.Random(seed), parts=2)
     p.run([message_store, ngsi_events], first)
@@ -446,8 +468,10 @@ def _first_half_folded(spark: SparkSession, tmp_path: Path, seed: int) -> tuple[
     return p, expected, second
 
 
-def test_an_hour_rewritten_whole_is_folded_whole_again(spark: SparkSession, tmp_path: Path) -> None:
-    p, expected, second = _first_half_folded(spark, tmp_path, 9)
+def test_an_hour_rewritten_whole_is_folded_whole_again(
+    spark: SparkSession, whole_hour: WholeHour, tmp_path: Path
+) -> None:
+    p, expected, second = _first_half_folded(spark, whole_hour, tmp_path, 9)
     # A repair rewrites the hour's message store and events whole (its versioning step never ran).
     p.run([message_store, ngsi_events])
     p.run([message_store, ngsi_events], second)
@@ -455,11 +479,13 @@ def test_an_hour_rewritten_whole_is_folded_whole_again(spark: SparkSession, tmp_
     assert p.tables(spark) == expected
 
 
-def test_an_hour_with_rows_but_no_ledger_is_folded_whole(spark: SparkSession, tmp_path: Path) -> None:
+def test_an_hour_with_rows_but_no_ledger_is_folded_whole(
+    spark: SparkSession, whole_hour: WholeHour, tmp_path: Path
+) -> None:
     """An hour's first derived run folds its increments as a batch only when nothing of the hour is
     stored: a whole fold or a first batch killed before writing the ledger left rows of the hour, and
     the next run folds the hour whole (a batch would keep them beside its own)."""
-    p, expected, second = _first_half_folded(spark, tmp_path, 6)
+    p, expected, second = _first_half_folded(spark, whole_hour, tmp_path, 6)
     ledger = f"{p.lake.partition_uri(LOG_DS, HOUR_KEY)}/{FOLDED_FILE}"
     p.lake.files().delete(ledger)  # the first batch, killed after its rows
     p.run([message_store, ngsi_events], second)
@@ -470,10 +496,12 @@ def test_an_hour_with_rows_but_no_ledger_is_folded_whole(spark: SparkSession, tm
     assert p.tables(spark) == expected
 
 
-def test_an_increment_whose_events_are_not_all_in_waits_for_the_next_run(spark: SparkSession, tmp_path: Path) -> None:
+def test_an_increment_whose_events_are_not_all_in_waits_for_the_next_run(
+    spark: SparkSession, whole_hour: WholeHour, tmp_path: Path
+) -> None:
     """The message store has the increment's rows, its events are not marked done: neither a batch nor a
     whole-hour fold reads it (its messages would be logged with no records)."""
-    p, expected, second = _first_half_folded(spark, tmp_path, 4)
+    p, expected, second = _first_half_folded(spark, whole_hour, tmp_path, 4)
     p.run([message_store], second)  # the increment run is between its two steps
     assert p.derived() == "nothing new"
     assert p.run([versioned_entities])["folded"] == "whole"
