@@ -213,9 +213,7 @@ def test_batches_of_increments_equal_the_whole_hour(spark: SparkSession, whole_h
         assert p.tables(spark) == expected
 
 
-def _first_of_four_folded(
-    spark: SparkSession, whole_hour: WholeHour, tmp_path: Path, name: str
-) -> tuple[Lake, dict[str, list], list]:
+def _first_of_four_folded(whole_hour: WholeHour, tmp_path: Path, name: str) -> tuple[Lake, dict[str, list], list]:
     """The whole hour's tables; a lake with the first of four increments folded; the other three."""
     expected = _landed(whole_hour, tmp_path)
     p = Lake(tmp_path, name)
@@ -231,7 +229,7 @@ def test_a_batch_killed_part_way_is_redone_by_the_next_run(
     """Killed after the versions and some of the batch's log rows were written: the next derived run
     (with one more increment) folds the unfinished increments again, with no row twice. Killed after
     every row but before the hour's record of them: the same batch again."""
-    p, expected, (b, c, d) = _first_of_four_folded(spark, whole_hour, tmp_path, "killed")
+    p, expected, (b, c, d) = _first_of_four_folded(whole_hour, tmp_path, "killed")
     p.run([message_store, ngsi_events], b)
 
     real_append = LakeResource.append_increment
@@ -282,7 +280,7 @@ def test_a_batch_killed_between_its_versions_and_its_records_is_redone_by_the_ne
     """A batch added its versions to some buckets and died before adding its records there: the next
     run (the same batch again, then one more increment) folds them again, and the tables equal one
     whole-hour run. So does a batch that dies after adding its records too."""
-    p, expected, (b, c, d) = _first_of_four_folded(spark, whole_hour, tmp_path, "between")
+    p, expected, (b, c, d) = _first_of_four_folded(whole_hour, tmp_path, "between")
     real_add = LakeResource._add_in
 
     def dies_at(dataset: str) -> Any:
@@ -312,7 +310,7 @@ def test_a_batch_killed_after_its_marks_is_redone_by_the_next_run(
     """A batch wrote its records' latest times (its first write) and died before its versions and
     records: the marks are later than the records, and the next run (the same batch again, with one
     more increment) equals one whole-hour run."""
-    p, expected, (b, c, d) = _first_of_four_folded(spark, whole_hour, tmp_path, "marked")
+    p, expected, (b, c, d) = _first_of_four_folded(whole_hour, tmp_path, "marked")
     real_swap = LakeResource._swap_in
 
     def swap_in(self: LakeResource, write: Any, *args: Any) -> None:
@@ -341,7 +339,7 @@ def test_a_lake_without_marks_is_folded_from_its_records(
 ) -> None:
     """Buckets written before marks were kept (no marks folder): a batch takes its keys' latest times
     from their records, still folds keys on from their latest version, and writes the marks."""
-    p, expected, (b, c, d) = _first_of_four_folded(spark, whole_hour, tmp_path, "unmarked")
+    p, expected, (b, c, d) = _first_of_four_folded(whole_hour, tmp_path, "unmarked")
     for increment in (b, c, d):
         p.lake.files().delete(p.lake.dataset_uri(MARKS_DS))
         p.run([message_store, ngsi_events], increment)
@@ -355,7 +353,7 @@ def test_a_batch_reads_no_stored_row_of_the_buckets_it_adds_to(
 ) -> None:
     """A batch that adds to a bucket reads the bucket's marks and open rows, not its stored records or
     versions: its cost follows the bucket's keys, not their history."""
-    p, expected, increments = _first_of_four_folded(spark, whole_hour, tmp_path, "reads")
+    p, expected, increments = _first_of_four_folded(whole_hour, tmp_path, "reads")
     real_read = LakeResource.read_folders
     read: list[tuple[str, str]] = []
 
@@ -456,9 +454,7 @@ def test_a_bucket_with_too_many_batches_files_merges_them(
     assert {"delta", "merged1"} <= levels, levels
 
 
-def _first_half_folded(
-    spark: SparkSession, whole_hour: WholeHour, tmp_path: Path, seed: int
-) -> tuple[Lake, dict[str, list], Increment]:
+def _first_half_folded(whole_hour: WholeHour, tmp_path: Path, seed: int) -> tuple[Lake, dict[str, list], Increment]:
     """The whole hour's tables; a lake with the first of two increments folded; the second increment."""
     expected = _landed(whole_hour, tmp_path)
     p = Lake(tmp_path, f"half{seed}")
@@ -471,7 +467,7 @@ def _first_half_folded(
 def test_an_hour_rewritten_whole_is_folded_whole_again(
     spark: SparkSession, whole_hour: WholeHour, tmp_path: Path
 ) -> None:
-    p, expected, second = _first_half_folded(spark, whole_hour, tmp_path, 9)
+    p, expected, second = _first_half_folded(whole_hour, tmp_path, 9)
     # A repair rewrites the hour's message store and events whole (its versioning step never ran).
     p.run([message_store, ngsi_events])
     p.run([message_store, ngsi_events], second)
@@ -485,7 +481,7 @@ def test_an_hour_with_rows_but_no_ledger_is_folded_whole(
     """An hour's first derived run folds its increments as a batch only when nothing of the hour is
     stored: a whole fold or a first batch killed before writing the ledger left rows of the hour, and
     the next run folds the hour whole (a batch would keep them beside its own)."""
-    p, expected, second = _first_half_folded(spark, whole_hour, tmp_path, 6)
+    p, expected, second = _first_half_folded(whole_hour, tmp_path, 6)
     ledger = f"{p.lake.partition_uri(LOG_DS, HOUR_KEY)}/{FOLDED_FILE}"
     p.lake.files().delete(ledger)  # the first batch, killed after its rows
     p.run([message_store, ngsi_events], second)
@@ -501,7 +497,7 @@ def test_an_increment_whose_events_are_not_all_in_waits_for_the_next_run(
 ) -> None:
     """The message store has the increment's rows, its events are not marked done: neither a batch nor a
     whole-hour fold reads it (its messages would be logged with no records)."""
-    p, expected, second = _first_half_folded(spark, whole_hour, tmp_path, 4)
+    p, expected, second = _first_half_folded(whole_hour, tmp_path, 4)
     p.run([message_store], second)  # the increment run is between its two steps
     assert p.derived() == "nothing new"
     assert p.run([versioned_entities])["folded"] == "whole"
