@@ -430,7 +430,8 @@ class VersioningRun:
                 on_top = both.select("guid")
             if not from_latest and not new_keys:  # late records only: the plain fold, with fewer joins
                 on_top, appendable = None, []
-        if on_top is not None and from_latest + new_keys < sum(s.keys for s in work.stats.values()):
+        all_on_top = on_top is not None and from_latest + new_keys == sum(s.keys for s in work.stats.values())
+        if on_top is not None and not all_on_top:
             # A bucket whose keys all go on from their latest version (or have none) keeps its stored
             # rows and records; when every key of the batch does (the counts say so), no job asks which.
             # (A key with records of the batch's messages stored by an earlier attempt is not among them:
@@ -440,33 +441,16 @@ class VersioningRun:
             )
             appendable = sorted(set(appendable) - {int(r[0]) for r in behind.distinct().collect()})
         rewritten = sorted(set(affected) - set(appendable))
-        # The stored records of the rewritten buckets only: the appended ones are not read.
-        old = (
-            self.lake.read_folders(self.spark, RECORDS_DS, BUCKET, rewritten, subfolder=folder, schema=ENTITY_RECORDS)
-            if rewritten
-            else None
-        )
-        old = old or self.spark.createDataFrame([], ENTITY_RECORDS)
-        # What the run replaces: its hours' records, or the records of its batch's messages (stored by an
-        # earlier attempt of the same batch).
-        if self.batch:
-            replaced = old.join(self._batch_messages, "message_identifier", "left_semi")
-            kept = old.join(self._batch_messages, "message_identifier", "left_anti")
+        if all_on_top and not rewritten and refresh_targets is None:
+            # Every key of the batch goes on from its latest version or is new, in buckets it adds to: no
+            # stored record is read or replaced, and the fold is of the batch's records alone.
+            records, touched = None, on_top
+            to_fold = new.select(*ENTITY_RECORDS.fieldNames())
         else:
-            replaced = old.where(F.col(PARTITION_COLUMN).isin(self.dts))
-            kept = old.where(~F.col(PARTITION_COLUMN).isin(self.dts))
-        records = kept.unionByName(new.select(*ENTITY_RECORDS.fieldNames()))
-        touched = new.select("guid").union(replaced.select("guid"))
-        if refresh_targets is not None:
-            touched = touched.union(refresh_targets.select("guid"))
-        touched = touched.distinct()
-        if on_top is None:
-            to_fold = records.join(touched, "guid", "left_semi")
-            starts = None
-        else:
-            to_fold = records.join(touched.join(on_top, "guid", "left_anti"), "guid", "left_semi").unionByName(
-                new.select(*ENTITY_RECORDS.fieldNames()).join(on_top, "guid", "left_semi")
-            )
+            records, touched, to_fold = self._records_to_fold(new, rewritten, folder, refresh_targets, on_top)
+        starts = None
+        if on_top is not None:
+            assert latest is not None
             starts = fold_starts(latest.join(on_top, GUID, "left_semi"), work.name, list(fields))
         if has_refreshes or history is not None:
             deletes = refresh_deletes(record_keys(to_fold), refreshes, to_fold).withColumn(
@@ -484,6 +468,7 @@ class VersioningRun:
             new_marks = merged_marks([marks, record_marks(new.select(*ENTITY_RECORDS.fieldNames()))])
             writes.append(FolderWrite(new_marks, MARKS_DS, BUCKET, affected, subfolder=folder))
         if rewritten:
+            assert records is not None
             whole = versions.where(F.col(BUCKET).isin(rewritten))
             existing = self.table(work, fields, rewritten)
             if existing is not None:
@@ -566,6 +551,44 @@ class VersioningRun:
             from_latest=from_latest,
             new_keys=new_keys,
         )
+
+    def _records_to_fold(
+        self,
+        new: DataFrame,
+        rewritten: Sequence[int],
+        folder: str,
+        refresh_targets: DataFrame | None,
+        on_top: DataFrame | None,
+    ) -> tuple[DataFrame, DataFrame, DataFrame]:
+        """The records of the ``rewritten`` buckets once the run's own replace theirs (what those buckets
+        hold next), the keys the run touches, and the records to fold: every record of a touched key,
+        except the stored ones of the keys ``on_top`` (which go on from their latest version)."""
+        # The stored records of the rewritten buckets only: the appended ones are not read.
+        old = (
+            self.lake.read_folders(self.spark, RECORDS_DS, BUCKET, rewritten, subfolder=folder, schema=ENTITY_RECORDS)
+            if rewritten
+            else None
+        )
+        old = old or self.spark.createDataFrame([], ENTITY_RECORDS)
+        # What the run replaces: its hours' records, or the records of its batch's messages (stored by an
+        # earlier attempt of the same batch).
+        if self.batch:
+            replaced = old.join(self._batch_messages, "message_identifier", "left_semi")
+            kept = old.join(self._batch_messages, "message_identifier", "left_anti")
+        else:
+            replaced = old.where(F.col(PARTITION_COLUMN).isin(self.dts))
+            kept = old.where(~F.col(PARTITION_COLUMN).isin(self.dts))
+        records = kept.unionByName(new.select(*ENTITY_RECORDS.fieldNames()))
+        touched = new.select("guid").union(replaced.select("guid"))
+        if refresh_targets is not None:
+            touched = touched.union(refresh_targets.select("guid"))
+        touched = touched.distinct()
+        if on_top is None:
+            return records, touched, records.join(touched, "guid", "left_semi")
+        to_fold = records.join(touched.join(on_top, "guid", "left_anti"), "guid", "left_semi").unionByName(
+            new.select(*ENTITY_RECORDS.fieldNames()).join(on_top, "guid", "left_semi")
+        )
+        return records, touched, to_fold
 
     def _latest_versions(
         self, work: EntityWork, fields: Fields, files: dict[str, list[str]]
