@@ -15,8 +15,9 @@ each run in a process of its own as a user runs it:
 Every lake dataset (every Parquet folder, every transaction record) and every SQL table must be
 identical across the three: so the Connect mode's tables show both that the job gives the same tables
 through Spark Connect (every asset of the rerun runs there) and that a run killed with its server
-leaves nothing its rerun does not mend. (One uninterrupted Connect run as well cost another 4-6
-minutes of the test suite and checked nothing the rerun does not: BENCHMARKS.md, "Test suite".)
+leaves nothing its rerun does not mend. An uninterrupted Connect run as well would cost a main-job
+run more (2-4 minutes of one test process: BENCHMARKS.md, "Test suite"); what only it would check is
+a fresh lake written through Connect past ``versioned_entities``, where the killed run stops.
 """
 
 from __future__ import annotations
