@@ -178,7 +178,10 @@ def names_udf(config: STHConfig, *, aggregated: bool = True):  # noqa: ANN201 (a
     """A UDF (service, path, entity id, type, attribute) -> (database, collection, error) under
     ``config``'s naming: the STH aggregates' collections, or (``aggregated=False``) the raw ones."""
 
-    @F.udf(_NAMES)
+    # useArrow=False, as the SQL sinks' naming UDFs: evaluated the same way whatever the session's
+    # spark.sql.execution.pythonUDF.arrow.enabled, and pyspark does not try to infer an eval type from
+    # the hints, which printed "Cannot infer the eval type from type hints" in every run.
+    @F.udf(_NAMES, useArrow=False)
     def names(service: str, path: str, entity_id: str, entity_type: str, attr: str) -> tuple:
         try:
             n = sth_names(service, path, entity_id, entity_type or None, attr, config, aggregated=aggregated)

@@ -580,3 +580,17 @@ def test_day_hour_mismatches(spark: SparkSession, seed_docs: list[dict[str, Any]
     )
     (m,) = sth.day_hour_mismatches(lost).collect()
     assert (m["day"], m["hourSamples"], m["daySamples"]) == (ms(2015, 4, 20), 2, 3)
+
+
+def test_names_udf_is_made_without_a_warning() -> None:
+    """The naming UDF says how it is evaluated: pyspark then neither guesses from the type hints (and
+    warns "Cannot infer the eval type" in every run) nor depends on the session's Arrow setting."""
+    import warnings
+
+    from pyspark.util import PythonEvalType
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        udf = sth.names_udf(STHConfig())
+        sth.names_udf(STHConfig(), aggregated=False)
+    assert udf.evalType == PythonEvalType.SQL_BATCHED_UDF  # rows pickled, whatever the session says
