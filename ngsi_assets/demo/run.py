@@ -127,7 +127,7 @@ def run_demo(workdir: Path, seed: int, notifications: int, hours: int) -> int:
 
     _section("4. materialize the platform for those hours (one run, one Spark session)")
     started = time.monotonic()
-    result = defs.get_job_def("ngsi_ingest_job").execute_in_process(
+    result = defs.resolve_job_def("ngsi_ingest_job").execute_in_process(
         instance=instance,
         run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
         tags={ASSET_PARTITION_RANGE_START_TAG: hours_to_run[0], ASSET_PARTITION_RANGE_END_TAG: hours_to_run[-1]},
