@@ -11,6 +11,8 @@ partials sorted by partition (across partitions), so the same lake gives the sam
 
 from __future__ import annotations
 
+import functools
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -543,7 +545,10 @@ def day_hour_mismatches(documents: DataFrame) -> DataFrame:
             F.col("p.samples").alias("daySamples"),
         )
     )
-    joined = hours.alias("h").join(days.alias("d"), _null_safe_cond(hours, days, [*ident, "day"]), "left")
+    # Both sides come from ``documents``: the terms name their side by alias, or Spark sees each term as
+    # ``database <=> database`` (and warns that it is trivially true) before it resolves the self-join.
+    same = [F.col(f"h.{c}").eqNullSafe(F.col(f"d.{c}")) for c in [*ident, "day"]]
+    joined = hours.alias("h").join(days.alias("d"), functools.reduce(Column.__and__, same), "left")
     return joined.select(
         *[F.col(f"h.{c}").alias(c) for c in ident],
         F.col("h.day").alias("day"),

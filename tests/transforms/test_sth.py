@@ -582,6 +582,23 @@ def test_day_hour_mismatches(spark: SparkSession, seed_docs: list[dict[str, Any]
     assert (m["day"], m["hourSamples"], m["daySamples"]) == (ms(2015, 4, 20), 2, 3)
 
 
+def test_day_hour_mismatches_compare_each_attribute_with_itself(spark: SparkSession) -> None:
+    """Two cars, one hour lost for one of them: one mismatch, that car's. (Both sides of the join come
+    from the same documents; a term matching any car with any car would pair their documents.)"""
+    cfg = STHConfig(data_model="dm-by-entity", resolutions="day,hour")
+    rows = [
+        ev(car, "speed", "1", SEED_RECV + i * 3_600_000, mid=f"{car}-{i}") for car in ("car1", "car2") for i in range(3)
+    ]
+    rows.append(ev("car2", "speed", "1", SEED_RECV + 4 * 3_600_000, mid="car2-4"))
+    partials = sth.sth_partials(sth.classify_events(events(spark, rows), cfg), cfg.resolutions)
+    assert sth.day_hour_mismatches(sth.build_documents(partials, cfg, 0)).count() == 0
+    # dm-by-entity: the car is in the collection's name (idEntityId is null).
+    car1 = F.col("collection").contains("car1")
+    lost = partials.where(~((F.col("resolution") == "hour") & (F.col("offset") == 13) & car1))
+    mismatches = sth.day_hour_mismatches(sth.build_documents(lost, cfg, 0)).collect()
+    assert [("car1" in m["collection"], m["hourSamples"], m["daySamples"]) for m in mismatches] == [(True, 2, 3)]
+
+
 def test_names_udf_is_made_without_a_warning() -> None:
     """The naming UDF says how it is evaluated: pyspark then neither guesses from the type hints (and
     warns "Cannot infer the eval type" in every run) nor depends on the session's Arrow setting."""
