@@ -359,24 +359,21 @@ def with_tombstones(new_partials: DataFrame, old_partials: DataFrame) -> DataFra
     return new_partials.select(*STH_PARTIALS.fieldNames()).unionByName(empty)
 
 
-def _null_safe_cond(left: DataFrame, right: DataFrame, columns: list[str]) -> Column:
-    cond = None
-    for c in columns:
-        term = left[c].eqNullSafe(right[c])
-        cond = term if cond is None else cond & term
-    assert cond is not None
-    return cond
+def _null_safe_cond(left: str, right: str, columns: list[str]) -> Column:
+    """``left.c <=> right.c`` for every column ``c``, between the join's sides aliased ``left`` and
+    ``right``: named by alias, a term stays two-sided when both sides come from the same frame (a
+    self-join), where ``df[c]`` would name one attribute twice (Spark warns the term is trivially true)."""
+    return functools.reduce(Column.__and__, [F.col(f"{left}.{c}").eqNullSafe(F.col(f"{right}.{c}")) for c in columns])
 
 
 def _null_safe_anti(left: DataFrame, right: DataFrame) -> DataFrame:
-    cols = left.columns
-    return left.alias("l").join(right.alias("r"), _null_safe_cond(left, right, cols), "left_anti")
+    return left.alias("l").join(right.alias("r"), _null_safe_cond("l", "r", left.columns), "left_anti")
 
 
 def documents_of(partials: DataFrame, keys: DataFrame) -> DataFrame:
     """The rows of ``partials`` (any hour) whose document (DOC_COLUMNS) is among ``keys``."""
     keys = keys.select(*DOC_COLUMNS).distinct()
-    return partials.join(keys, _null_safe_cond(partials, keys, DOC_COLUMNS), "left_semi")
+    return partials.alias("p").join(keys.alias("k"), _null_safe_cond("p", "k", DOC_COLUMNS), "left_semi")
 
 
 def merge_partials(partials: DataFrame, order: str = "dt", by: tuple[str, ...] = ()) -> DataFrame:
@@ -545,10 +542,8 @@ def day_hour_mismatches(documents: DataFrame) -> DataFrame:
             F.col("p.samples").alias("daySamples"),
         )
     )
-    # Both sides come from ``documents``: the terms name their side by alias, or Spark sees each term as
-    # ``database <=> database`` (and warns that it is trivially true) before it resolves the self-join.
-    same = [F.col(f"h.{c}").eqNullSafe(F.col(f"d.{c}")) for c in [*ident, "day"]]
-    joined = hours.alias("h").join(days.alias("d"), functools.reduce(Column.__and__, same), "left")
+    # Both sides come from ``documents``: a self-join, whose terms name their side by alias.
+    joined = hours.alias("h").join(days.alias("d"), _null_safe_cond("h", "d", [*ident, "day"]), "left")
     return joined.select(
         *[F.col(f"h.{c}").alias(c) for c in ident],
         F.col("h.day").alias("day"),
