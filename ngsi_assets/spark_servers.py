@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from resources.spark import driver_config, scheduler_config, sql_config
+from resources.spark import SERVER_JIT, driver_config, scheduler_config, sql_config
 
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -80,7 +80,7 @@ def connect_server_command(
     conf = {
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
-        **driver_config(driver_memory),
+        **driver_config(driver_memory, jit_default=SERVER_JIT),
         **scheduler_config(),
         **sql_config(),
         **(extra_conf or {}),

@@ -59,8 +59,35 @@ def sql_config(shuffle_partitions: int | None = None) -> dict[str, str]:
     }
 
 
-def driver_config(driver_memory: str | None = None, *, ui: bool | None = None) -> dict[str, str]:
-    """The settings of a Spark driver the platform starts itself (in process, or a Connect server)."""
+# HotSpot's just-in-time compilers (``NGSI_SPARK_JIT``). Spark makes and loads new classes for every
+# query shape, so the C2 compiler of a young driver keeps compiling: 30-35 s of CPU during a 40-47 s
+# derived run on two cores, beside 7-10 s of tasks (per-thread CPU from /proc). "quick" stops at C1,
+# whose code is slower but cheap to make: it pays in a driver that lives for one run (the embedded
+# default: a demo run 219 -> 188 s) and costs in one that lives for many (a test module's session:
+# 295-317 -> 430-436 s), where C2's code is paid for once. C1 alone needs the full code cache, or its
+# 48 MB default fills and the sweeper churns (12 s of CPU in one run).
+JIT_OPTIONS = {
+    "quick": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m",
+    "full": "",
+}
+# A driver started in a run's own process lives for that run; a Connect server for many runs.
+RUN_DRIVER_JIT = "quick"
+SERVER_JIT = "full"
+
+
+def jit_options(default: str = RUN_DRIVER_JIT) -> str:
+    """A driver's JVM options for the JIT mode ``NGSI_SPARK_JIT`` names, else ``default``."""
+    mode = os.environ.get("NGSI_SPARK_JIT") or default
+    if mode not in JIT_OPTIONS:
+        raise ValueError(f"NGSI_SPARK_JIT must be one of {', '.join(JIT_OPTIONS)}, not {mode!r}")
+    return JIT_OPTIONS[mode]
+
+
+def driver_config(
+    driver_memory: str | None = None, *, ui: bool | None = None, jit_default: str = RUN_DRIVER_JIT
+) -> dict[str, str]:
+    """The settings of a Spark driver the platform starts itself (in process, or a Connect server);
+    ``jit_default``: its JIT mode when ``NGSI_SPARK_JIT`` is unset."""
     conf = {
         "spark.driver.memory": driver_memory or os.environ.get("NGSI_SPARK_DRIVER_MEMORY", "4g"),
         "spark.ui.enabled": "true" if (ui if ui is not None else os.environ.get("NGSI_SPARK_UI") == "1") else "false",
@@ -68,7 +95,7 @@ def driver_config(driver_memory: str | None = None, *, ui: bool | None = None) -
         # Every query shape of the platform compiled once: the default 100 entries were evicted by
         # the next run (measured: an increment 11.3 -> 9.3 s through a warm Connect server).
         "spark.sql.codegen.cache.maxEntries": "4000",
-        "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
+        "spark.driver.extraJavaOptions": " ".join(o for o in ("-Dlog4j2.level=WARN", jit_options(jit_default)) if o),
     }
     jars = [j for j in JDBC_JARS if Path(j).exists()]
     if jars:

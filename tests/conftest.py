@@ -10,6 +10,8 @@ run out of files (xdist's own reordering, by number of tests, put the single 23-
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.support.dagster_context import _no_dagster_storage_left_set  # noqa: F401  (fixture)
@@ -22,6 +24,10 @@ from tests.support.servers import (  # noqa: F401  (fixtures)
     postgres_url,
 )
 from tests.support.spark import _release_cached_frames, spark  # noqa: F401  (fixtures)
+
+# One Spark session serves a whole test process, hundreds of runs: C2's code pays for itself there
+# (a module of the runs' tests took 295-317 s with it, 430-436 s with the run drivers' "quick").
+os.environ.setdefault("NGSI_SPARK_JIT", "full")
 
 # The slowest files, slowest first, with their seconds in a full run of the test command (session 30,
 # AMD EPYC 2 cores: BENCHMARKS.md, "Test suite"); every other file follows in collection order.

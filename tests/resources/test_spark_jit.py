@@ -1,0 +1,72 @@
+"""``NGSI_SPARK_JIT``: the JIT options of the drivers the platform starts, and that they reach the JVM."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ngsi_assets.spark_servers import connect_server_command
+from resources.spark import default_spark_config
+
+REPO = Path(__file__).resolve().parents[2]
+QUICK = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
+
+
+def _run_driver_options() -> list[str]:
+    return default_spark_config("local[1]")["spark.driver.extraJavaOptions"].split()
+
+
+def _server_options() -> list[str]:
+    cmd = connect_server_command(15002)
+    confs = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--conf"]
+    java = [c.split("=", 1)[1] for c in confs if c.startswith("spark.driver.extraJavaOptions=")]
+    assert len(java) == 1, confs
+    return java[0].split()
+
+
+def test_a_run_driver_stops_at_c1_and_a_server_keeps_c2_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NGSI_SPARK_JIT", raising=False)
+    assert _run_driver_options() == ["-Dlog4j2.level=WARN", *QUICK]
+    assert _server_options() == ["-Dlog4j2.level=WARN"]
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("full", []), ("quick", QUICK)])
+def test_the_variable_sets_both(monkeypatch: pytest.MonkeyPatch, mode: str, expected: list[str]) -> None:
+    monkeypatch.setenv("NGSI_SPARK_JIT", mode)
+    assert _run_driver_options() == ["-Dlog4j2.level=WARN", *expected]
+    assert _server_options() == ["-Dlog4j2.level=WARN", *expected]
+
+
+def test_an_unknown_mode_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NGSI_SPARK_JIT", "fast")
+    with pytest.raises(ValueError, match=r"NGSI_SPARK_JIT must be one of quick, full, not 'fast'"):
+        default_spark_config("local[1]")
+
+
+PROBE = """
+from pyspark.sql import SparkSession
+from resources.spark import default_spark_config
+builder = SparkSession.builder
+for key, value in default_spark_config("local[1]", ui=False).items():
+    builder = builder.config(key, value)
+jvm = builder.getOrCreate().sparkContext._jvm
+bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+    jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+print("options", bean.getVMOption("TieredStopAtLevel").getValue(), bean.getVMOption("ReservedCodeCacheSize").getValue())
+"""
+
+
+@pytest.mark.spark
+def test_a_run_drivers_jvm_gets_the_options() -> None:
+    """A driver started as a run starts one, in a process of its own with the default environment:
+    its JVM compiles with C1 only, with the full code cache."""
+    env = {k: v for k, v in os.environ.items() if k != "NGSI_SPARK_JIT"}
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("options ")]
+    assert lines == [f"options 1 {240 * 2**20}"], out.stderr[-3000:]
