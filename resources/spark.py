@@ -66,16 +66,16 @@ def sql_config(shuffle_partitions: int | None = None) -> dict[str, str]:
 # default: a demo run 219 -> 188 s) and costs in one that lives for many (a test module's session:
 # 295-317 -> 430-436 s), where C2's code is paid for once. C1 alone needs the full code cache, or its
 # 48 MB default fills and the sweeper churns (12 s of CPU in one run).
-JIT_OPTIONS = {
-    "quick": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m",
-    "full": "",
+JIT_OPTIONS: dict[str, tuple[str, ...]] = {
+    "quick": ("-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"),
+    "full": (),
 }
 # A driver started in a run's own process lives for that run; a Connect server for many runs.
 RUN_DRIVER_JIT = "quick"
 SERVER_JIT = "full"
 
 
-def jit_options(default: str = RUN_DRIVER_JIT) -> str:
+def jit_options(default: str = RUN_DRIVER_JIT) -> tuple[str, ...]:
     """A driver's JVM options for the JIT mode ``NGSI_SPARK_JIT`` names, else ``default``."""
     mode = os.environ.get("NGSI_SPARK_JIT") or default
     if mode not in JIT_OPTIONS:
@@ -95,7 +95,7 @@ def driver_config(
         # Every query shape of the platform compiled once: the default 100 entries were evicted by
         # the next run (measured: an increment 11.3 -> 9.3 s through a warm Connect server).
         "spark.sql.codegen.cache.maxEntries": "4000",
-        "spark.driver.extraJavaOptions": " ".join(o for o in ("-Dlog4j2.level=WARN", jit_options(jit_default)) if o),
+        "spark.driver.extraJavaOptions": " ".join(("-Dlog4j2.level=WARN", *jit_options(jit_default))),
     }
     jars = [j for j in JDBC_JARS if Path(j).exists()]
     if jars:

@@ -48,12 +48,9 @@ def test_an_unknown_mode_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 PROBE = """
-from pyspark.sql import SparkSession
+from dagster_pyspark.resources import spark_session_from_config
 from resources.spark import default_spark_config
-builder = SparkSession.builder
-for key, value in default_spark_config("local[1]", ui=False).items():
-    builder = builder.config(key, value)
-jvm = builder.getOrCreate().sparkContext._jvm
+jvm = spark_session_from_config(default_spark_config("local[1]", ui=False)).sparkContext._jvm
 bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
     jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
 print("options", bean.getVMOption("TieredStopAtLevel").getValue(), bean.getVMOption("ReservedCodeCacheSize").getValue())
