@@ -28,10 +28,27 @@ def _server_options() -> list[str]:
     return java[0].split()
 
 
+def _run_executor_options() -> list[str] | None:
+    option = default_spark_config("spark://127.0.0.1:7077").get("spark.executor.extraJavaOptions")
+    return None if option is None else option.split()
+
+
+def _server_executor_options() -> list[str] | None:
+    cmd = connect_server_command(15002, master="spark://127.0.0.1:7077")
+    confs = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--conf"]
+    java = [c.split("=", 1)[1].split() for c in confs if c.startswith("spark.executor.extraJavaOptions=")]
+    assert len(java) <= 1, confs
+    return java[0] if java else None
+
+
 def test_a_run_driver_stops_at_c1_and_a_server_keeps_c2_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NGSI_SPARK_JIT", raising=False)
     assert _run_driver_options() == ["-Dlog4j2.level=WARN", *QUICK]
     assert _server_options() == ["-Dlog4j2.level=WARN"]
+    # A cluster's executors live as long as their driver: they get its mode (none to add for full,
+    # so a cluster's own executor options stay as they are).
+    assert _run_executor_options() == QUICK
+    assert _server_executor_options() is None
 
 
 @pytest.mark.parametrize(("mode", "expected"), [("full", []), ("quick", QUICK)])
@@ -39,6 +56,8 @@ def test_the_variable_sets_both(monkeypatch: pytest.MonkeyPatch, mode: str, expe
     monkeypatch.setenv("NGSI_SPARK_JIT", mode)
     assert _run_driver_options() == ["-Dlog4j2.level=WARN", *expected]
     assert _server_options() == ["-Dlog4j2.level=WARN", *expected]
+    assert _run_executor_options() == (expected or None)
+    assert _server_executor_options() == (expected or None)
 
 
 def test_an_unknown_mode_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
