@@ -70,6 +70,9 @@ JIT_OPTIONS: dict[str, tuple[str, ...]] = {
     "quick": ("-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"),
     "full": (),
 }
+# Where a driver's mode goes for its executors on a cluster (Spark's config package.scala:
+# EXECUTOR_JAVA_OPTIONS is spark.executor.extraJavaOptions with this one prepended).
+EXECUTOR_JIT = "spark.executor.defaultJavaOptions"
 # A driver started in a run's own process lives for that run; a Connect server for many runs.
 RUN_DRIVER_JIT = "quick"
 SERVER_JIT = "full"
@@ -99,9 +102,10 @@ def driver_config(
         "spark.driver.extraJavaOptions": " ".join(("-Dlog4j2.level=WARN", *jit)),
     }
     if jit:
-        # On a cluster the driver's executors live as long as it does: the same mode. (``local[*]`` runs
-        # its tasks in the driver's JVM and ignores this.)
-        conf["spark.executor.extraJavaOptions"] = " ".join(jit)
+        # On a cluster the driver's executors live as long as it does: the same mode. As the defaults
+        # Spark puts before a cluster's own spark.executor.extraJavaOptions, which keep their say.
+        # (``local[*]`` runs its tasks in the driver's JVM and ignores this.)
+        conf[EXECUTOR_JIT] = " ".join(jit)
     jars = [j for j in JDBC_JARS if Path(j).exists()]
     if jars:
         conf["spark.jars"] = ",".join(jars)

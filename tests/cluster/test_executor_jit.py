@@ -2,7 +2,8 @@
 
 An executor of a standalone cluster is a JVM of its own, started for the application and stopped with
 it: for a run's own driver it lives as long as the run, like the driver, and gets the same ``quick``
-options. Read from the executor JVM's command line, through the Python worker it forked.
+options, before any executor options of the cluster's or the user's own (which keep the last word).
+Read from the executor JVM's command line, through the Python worker it forked.
 """
 
 from __future__ import annotations
@@ -35,9 +36,12 @@ def executor_jvm(_):
     with open(f"/proc/{jvm}/cmdline") as f:
         args = f.read().split("\\0")
     main = "executor" if "org.apache.spark.executor.CoarseGrainedExecutorBackend" in args else "other"
-    return " ".join([main, *sorted(a for a in args if a.startswith(("-XX:TieredStopAtLevel", "-XX:ReservedCode")))])
+    flags = [a for a in args if a.startswith(("-XX:TieredStopAtLevel", "-XX:ReservedCode", "-Dngsi."))]
+    return " ".join([main, *flags])
 
-spark = spark_session_from_config(default_spark_config(ui=False))
+# With an executor option of the user's own, which must stay and come after the platform's.
+conf = {**default_spark_config(ui=False), "spark.executor.extraJavaOptions": "-Dngsi.own.option=kept"}
+spark = spark_session_from_config(conf)
 seen = spark.range(0, 8, 1, 4).select(F.udf(executor_jvm, "string")("id").alias("jvm")).distinct().collect()
 for row in sorted(r.jvm for r in seen):
     print("jvm", row)
@@ -57,4 +61,6 @@ def _executor_jvms(cluster: StandaloneCluster) -> list[str]:
 
 def test_a_runs_executors_get_the_drivers_jit_mode(standalone_cluster: StandaloneCluster) -> None:  # noqa: F811
     # (With ``full`` the platform adds no executor option: tests/resources/test_spark_jit.py.)
-    assert _executor_jvms(standalone_cluster) == ["executor -XX:ReservedCodeCacheSize=240m -XX:TieredStopAtLevel=1"]
+    assert _executor_jvms(standalone_cluster) == [
+        "executor -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -Dngsi.own.option=kept"
+    ]

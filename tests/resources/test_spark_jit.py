@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ngsi_assets.spark_servers import connect_server_command
-from resources.spark import default_spark_config
+from resources.spark import EXECUTOR_JIT, default_spark_config
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
@@ -29,14 +29,14 @@ def _server_options() -> list[str]:
 
 
 def _run_executor_options() -> list[str] | None:
-    option = default_spark_config("spark://127.0.0.1:7077").get("spark.executor.extraJavaOptions")
+    option = default_spark_config("spark://127.0.0.1:7077").get(EXECUTOR_JIT)
     return None if option is None else option.split()
 
 
 def _server_executor_options() -> list[str] | None:
     cmd = connect_server_command(15002, master="spark://127.0.0.1:7077")
     confs = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--conf"]
-    java = [c.split("=", 1)[1].split() for c in confs if c.startswith("spark.executor.extraJavaOptions=")]
+    java = [c.split("=", 1)[1].split() for c in confs if c.startswith(f"{EXECUTOR_JIT}=")]
     assert len(java) <= 1, confs
     return java[0] if java else None
 
@@ -45,8 +45,7 @@ def test_a_run_driver_stops_at_c1_and_a_server_keeps_c2_by_default(monkeypatch: 
     monkeypatch.delenv("NGSI_SPARK_JIT", raising=False)
     assert _run_driver_options() == ["-Dlog4j2.level=WARN", *QUICK]
     assert _server_options() == ["-Dlog4j2.level=WARN"]
-    # A cluster's executors live as long as their driver: they get its mode (none to add for full,
-    # so a cluster's own executor options stay as they are).
+    # A cluster's executors live as long as their driver: they get its mode (none to add for full).
     assert _run_executor_options() == QUICK
     assert _server_executor_options() is None
 
