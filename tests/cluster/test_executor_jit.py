@@ -21,8 +21,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 REPO = Path(__file__).resolve().parents[2]
 
-# In the run's process as a user starts it: the platform's settings for the cluster in
-# NGSI_SPARK_MASTER, and one Python UDF per executor core that reports its executor's JVM options.
+# In a process as a run starts it (the platform's settings, the cluster in NGSI_SPARK_MASTER): a Python
+# UDF over four partitions, spread over the two executors, reports the JVM options of the executor it
+# runs in; the distinct answers are printed (one, when every executor got the same).
 PROBE = """
 import os
 from dagster_pyspark.resources import spark_session_from_config
