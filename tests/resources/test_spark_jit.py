@@ -20,12 +20,17 @@ def _run_driver_options() -> list[str]:
     return default_spark_config("local[1]")["spark.driver.extraJavaOptions"].split()
 
 
-def _server_options() -> list[str]:
-    cmd = connect_server_command(15002)
+def _server_conf(key: str) -> list[str] | None:
+    """The options ``key`` of the Connect server's command (on a cluster), split; None if not set."""
+    cmd = connect_server_command(15002, master="spark://127.0.0.1:7077")
     confs = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--conf"]
-    java = [c.split("=", 1)[1] for c in confs if c.startswith("spark.driver.extraJavaOptions=")]
-    assert len(java) == 1, confs
-    return java[0].split()
+    values = [c.split("=", 1)[1].split() for c in confs if c.startswith(f"{key}=")]
+    assert len(values) <= 1, confs
+    return values[0] if values else None
+
+
+def _server_options() -> list[str] | None:
+    return _server_conf("spark.driver.extraJavaOptions")
 
 
 def _run_executor_options() -> list[str] | None:
@@ -34,11 +39,7 @@ def _run_executor_options() -> list[str] | None:
 
 
 def _server_executor_options() -> list[str] | None:
-    cmd = connect_server_command(15002, master="spark://127.0.0.1:7077")
-    confs = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--conf"]
-    java = [c.split("=", 1)[1].split() for c in confs if c.startswith(f"{EXECUTOR_JIT}=")]
-    assert len(java) <= 1, confs
-    return java[0] if java else None
+    return _server_conf(EXECUTOR_JIT)
 
 
 def test_a_run_driver_stops_at_c1_and_a_server_keeps_c2_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
