@@ -63,6 +63,7 @@ from ngsi_assets.transforms.conversions import spark_type
 from ngsi_assets.transforms.schemas import MESSAGE_STORE, NGSI_EVENTS
 from ngsi_assets.transforms.versioned_entities import (
     ENTITY_RECORDS,
+    INVARIANTS,
     MESSAGE_LOG,
     OPEN_PREFIX,
     RECORD_ERRORS,
@@ -75,8 +76,8 @@ from ngsi_assets.transforms.versioned_entities import (
     datahub_source_records,
     fold_starts,
     fold_versions,
-    invariant_counts,
     invariant_rows,
+    invariants_per_entity,
     keys_after_their_marks,
     keys_never_stored,
     live_rows,
@@ -97,6 +98,7 @@ from ngsi_assets.transforms.versioned_entities import (
 )
 from resources.lake import PARTITION_COLUMN, FileSplit, FolderAdd, FolderWrite, LakeResource, key_to_dt
 from resources.parallel import DEFAULT_WORKERS, results, side_by_side
+from resources.spark import collect_small
 from resources.versioning import VersioningResource
 
 GROUP = "entities"
@@ -158,6 +160,12 @@ class EntityOutcome:
     missing_provenance: int = 0
     from_latest: int = 0  # keys folded on from their latest version, with only their new records
     new_keys: int = 0  # keys never stored before, folded from their new records and added to their buckets
+
+
+class RunOutput(NamedTuple):
+    outcomes: list[EntityOutcome]
+    log: DataFrame  # the message log rows the run wrote (MESSAGE_LOG)
+    statuses: dict[str, int]  # the log's messages per status (as text)
 
 
 def _key_fields(work: EntityWork) -> tuple[str, ...]:
@@ -243,14 +251,19 @@ class VersioningRun:
     # -- the run --------------------------------------------------------------------------------
 
     def plan(self, source: DataFrame, refreshing: DataFrame) -> tuple[list[EntityWork], list[DataFrame]]:
-        """Map every (source system, source entity) of the run to target entities, in link order."""
-        combos = {
-            (r["source_system"], r["source_entity"])
-            for r in source.select("source_system", "source_entity")
-            .union(refreshing.select("source_system", "source_entity"))
+        """Map every (source system, source entity) of the run to target entities, in link order; whether
+        any message is a refresh comes from the same job (``_any_refresh``)."""
+        rows = (
+            source.select("source_system", "source_entity", F.lit(False).alias("refresh"))
+            .union(refreshing.select("source_system", "source_entity", F.lit(True).alias("refresh")))
             .distinct()
             .collect()
-        }
+        )
+        combos = {(r["source_system"], r["source_entity"]) for r in rows}
+        self._any_refresh = any(r["refresh"] for r in rows)
+        if self.batch and self._any_refresh:
+            # A refresh deletes every live key it did not name, wherever stored: its hour is folded whole.
+            raise WholeHourNeeded("a refresh message is among the increments")
         order = self.schema.processing_order()
         works: dict[str, EntityWork] = {n: EntityWork(n, self.schema.entities[n]) for n in order}
         defaults: dict[str, EntityWork] = {}
@@ -286,10 +299,9 @@ class VersioningRun:
                 )
         self._pending = pending
         self._works = works
-        # Entities the run's hours wrote before (a changed mapping) are reprocessed too; increments
-        # only add to what the hour holds.
-        for r in [] if self.batch else self._indexed().select("entity").distinct().collect():
-            name = r["entity"]
+        # Entities the run's hours wrote before (a changed mapping) are reprocessed too (``run`` read the
+        # index once, before the plan); increments only add to what the hour holds.
+        for name in sorted(self._old_buckets):
             if name not in works and name not in defaults:
                 defaults[name] = EntityWork(name, None)
         default_records: list[DataFrame] = []
@@ -707,8 +719,9 @@ class VersioningRun:
             subfolder=folder,
         )
 
-    def run(self, messages: DataFrame, events: DataFrame) -> tuple[list[EntityOutcome], DataFrame]:
-        """Process the run's hours; returns each entity's outcome and the message log written."""
+    def run(self, messages: DataFrame, events: DataFrame) -> RunOutput:
+        """Process the run's hours; returns each entity's outcome, the message log written and its
+        messages per status."""
         self._persisted: list[DataFrame] = []
         self._new_records: list[DataFrame] = []
         self._index_rows: list[DataFrame] = []
@@ -726,10 +739,6 @@ class VersioningRun:
             )
             refreshing = refresh_messages(messages).persist()
             self._persisted += [source, refreshing]
-            self._any_refresh = bool(refreshing.limit(1).count())
-            if self.batch and self._any_refresh:
-                # A refresh deletes every live key it did not name, wherever stored: its hour is folded whole.
-                raise WholeHourNeeded("a refresh message is among the increments")
             if self.batch:  # the messages whose earlier records a batch replaces
                 self._batch_messages = source.select("message_identifier").distinct()
             # The buckets each entity's records of the run's hours were in (one small read for all
@@ -769,9 +778,6 @@ class VersioningRun:
                 )
             )
             outcomes = [o for o in [*done[0], *done[1:]] if o is not None]
-            if self._invariants:
-                counts = invariant_counts(self._invariants)
-                outcomes = [replace(o, **counts.get(o.name, {})) for o in outcomes]
             all_records = [r.where(F.col("op") != SEEN).select("message_identifier") for r in self._new_records]
 
             errors_df = union_all(errors, RECORD_ERRORS, self.spark).persist()
@@ -798,16 +804,25 @@ class VersioningRun:
                         workers=3,
                     )
                 )
-                return outcomes, self.lake.read_increment(self.spark, LOG_DS, MESSAGE_LOG, key, batch)
-            # Three small writes, latency rather than work: side by side.
-            self.lake.replace_together(
-                [
-                    FolderWrite.hours(errors_df, ERRORS_DS, self.keys),
-                    FolderWrite.hours(log, LOG_DS, self.keys),
-                    FolderWrite.hours(index, INDEX_DS, self.keys),
-                ]
+                written = self.lake.read_increment(self.spark, LOG_DS, MESSAGE_LOG, key, batch)
+            else:
+                # Three small writes, latency rather than work: side by side.
+                self.lake.replace_together(
+                    [
+                        FolderWrite.hours(errors_df, ERRORS_DS, self.keys),
+                        FolderWrite.hours(log, LOG_DS, self.keys),
+                        FolderWrite.hours(index, INDEX_DS, self.keys),
+                    ]
+                )
+                written = self.lake.read(self.spark, LOG_DS, MESSAGE_LOG, self.keys)
+            # The rewritten buckets' invariants (every entity's) and the log's statuses: one job.
+            found = collect_small(
+                statuses=written.groupBy("status").count(),
+                **({"invariants": invariants_per_entity(self._invariants)} if self._invariants else {}),
             )
-            return outcomes, self.lake.read(self.spark, LOG_DS, MESSAGE_LOG, self.keys)
+            counts = {r["entity"]: {k: int(r[k] or 0) for k in INVARIANTS} for r in found.get("invariants", [])}
+            outcomes = [replace(o, **counts.get(o.name, {})) for o in outcomes]
+            return RunOutput(outcomes, written, {str(r["status"]): int(r["count"]) for r in found["statuses"]})
         finally:
             # Also on failure: a run in a long-lived session (tests, notebooks) must not leak cache.
             for frame in self._persisted:
@@ -830,6 +845,7 @@ class Folding:
     outcomes: list[EntityOutcome]
     log: DataFrame
     how: str
+    statuses: dict[str, int] = field(default_factory=dict)  # the log's messages per status (as text)
 
 
 def fold_hours(
@@ -858,18 +874,18 @@ def fold_hours(
         events = plan.read(lake, spark, "ngsi_events", NGSI_EVENTS)
         run = VersioningRun(spark, lake, schema, buckets, keys, workers=workers, batch=plan.batch)
         try:
-            outcomes, log = run.run(messages, events)
+            out = run.run(messages, events)
         except WholeHourNeeded as exc:
             how = f"whole ({exc})"
         else:
             plan.record(lake, LOG_DS)
-            return Folding(outcomes, log, f"{len(plan.todo)} increments")
+            return Folding(out.outcomes, out.log, f"{len(plan.todo)} increments", out.statuses)
         plan = replace(plan, todo=None)
     messages = plan.read(lake, spark, "message_store", MESSAGE_STORE)
     events = plan.read(lake, spark, "ngsi_events", NGSI_EVENTS)
-    outcomes, log = VersioningRun(spark, lake, schema, buckets, keys, workers=workers).run(messages, events)
+    out = VersioningRun(spark, lake, schema, buckets, keys, workers=workers).run(messages, events)
     plan.record(lake, LOG_DS)
-    return Folding(outcomes, log, how)
+    return Folding(out.outcomes, out.log, how, out.statuses)
 
 
 def export_rows(table: DataFrame, definition: TargetEntity) -> DataFrame:
@@ -926,7 +942,7 @@ def versioned_entities(
     outcomes, log = folding.outcomes, folding.log
     context.log.info(f"versioned entities of {keys[0]}..{keys[-1]}: folded {folding.how}")
 
-    statuses = {str(r["status"]): int(r["n"]) for r in log.groupBy("status").agg(F.count("*").alias("n")).collect()}
+    statuses = folding.statuses
     # Examples only where the counts show some (usually none: two Spark jobs fewer).
     examples: list[str] = []
     if statuses.get(str(int(MessageStatus.REQUIRES_REPROCESSING))):

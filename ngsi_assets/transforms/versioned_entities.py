@@ -1120,24 +1120,28 @@ def invariant_rows(table: DataFrame, entity_name: str, fields: Sequence[str]) ->
 INVARIANTS = ("rows_in_rewritten_buckets", "overlapping", "open_rows_not_one", "missing_provenance")
 
 
-def invariant_counts(frames: Sequence[DataFrame]) -> dict[str, dict[str, int]]:
-    """Per entity, its rows and the rows (keys, for the open row) breaking each invariant; one job.
-
-    ``frames`` are ``invariant_rows`` of several entities; the answer is a few numbers per entity.
-    """
+def invariants_per_entity(frames: Sequence[DataFrame]) -> DataFrame:
+    """(entity, *INVARIANTS): a few rows of counts from ``invariant_rows`` frames of several entities."""
     rows = frames[0]
     for frame in frames[1:]:
         rows = rows.unionByName(frame)
     per_key = rows.groupBy("entity", "guid").agg(
         F.count("*").alias("n"), F.sum("gap").alias("gaps"), F.sum("open").alias("open"), F.sum("missing").alias("m")
     )
-    per_entity = per_key.groupBy("entity").agg(
+    return per_key.groupBy("entity").agg(
         F.sum("n").alias(INVARIANTS[0]),
         F.sum("gaps").alias(INVARIANTS[1]),
         F.sum((F.col("open") != 1).cast("int")).alias(INVARIANTS[2]),
         F.sum("m").alias(INVARIANTS[3]),
     )
-    return {r["entity"]: {k: int(r[k] or 0) for k in INVARIANTS} for r in per_entity.collect()}
+
+
+def invariant_counts(frames: Sequence[DataFrame]) -> dict[str, dict[str, int]]:
+    """Per entity, its rows and the rows (keys, for the open row) breaking each invariant; one job.
+
+    ``frames`` are ``invariant_rows`` of several entities; the answer is a few numbers per entity.
+    """
+    return {r["entity"]: {k: int(r[k] or 0) for k in INVARIANTS} for r in invariants_per_entity(frames).collect()}
 
 
 def live_rows(table: DataFrame, fields: dict[str, FieldDef | None]) -> DataFrame:
