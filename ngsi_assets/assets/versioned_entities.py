@@ -63,7 +63,6 @@ from ngsi_assets.transforms.conversions import spark_type
 from ngsi_assets.transforms.schemas import MESSAGE_STORE, NGSI_EVENTS
 from ngsi_assets.transforms.versioned_entities import (
     ENTITY_RECORDS,
-    INVARIANTS,
     MESSAGE_LOG,
     OPEN_PREFIX,
     RECORD_ERRORS,
@@ -77,6 +76,7 @@ from ngsi_assets.transforms.versioned_entities import (
     fold_starts,
     fold_versions,
     invariant_rows,
+    invariant_values,
     invariants_per_entity,
     keys_after_their_marks,
     keys_never_stored,
@@ -820,7 +820,7 @@ class VersioningRun:
                 statuses=written.groupBy("status").count(),
                 **({"invariants": invariants_per_entity(self._invariants)} if self._invariants else {}),
             )
-            counts = {r["entity"]: {k: int(r[k] or 0) for k in INVARIANTS} for r in found.get("invariants", [])}
+            counts = invariant_values(found.get("invariants", []))
             outcomes = [replace(o, **counts.get(o.name, {})) for o in outcomes]
             return RunOutput(outcomes, written, {str(r["status"]): int(r["count"]) for r in found["statuses"]})
         finally:

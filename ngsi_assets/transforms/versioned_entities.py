@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -1141,7 +1141,12 @@ def invariant_counts(frames: Sequence[DataFrame]) -> dict[str, dict[str, int]]:
 
     ``frames`` are ``invariant_rows`` of several entities; the answer is a few numbers per entity.
     """
-    return {r["entity"]: {k: int(r[k] or 0) for k in INVARIANTS} for r in invariants_per_entity(frames).collect()}
+    return invariant_values(invariants_per_entity(frames).collect())
+
+
+def invariant_values(rows: Sequence[Row]) -> dict[str, dict[str, int]]:
+    """``invariants_per_entity`` rows, fetched, as {entity: {invariant: count}}."""
+    return {r["entity"]: {k: int(r[k] or 0) for k in INVARIANTS} for r in rows}
 
 
 def live_rows(table: DataFrame, fields: dict[str, FieldDef | None]) -> DataFrame:
