@@ -97,6 +97,20 @@ def _move_in(fs: LakeFiles, staged: str, final: str, prefix: str, write: str) ->
     ]
 
 
+def _swap_steps(
+    fs: LakeFiles, staged: str, target: str, column: str, wanted: Sequence[str], old: str
+) -> list[dict[str, str]]:
+    """Journal steps that make ``target``'s ``column=value`` folders of ``wanted`` the ones staged in
+    ``staged`` (emptying those with no staged rows); the folders replaced are moved to ``<old>-<value>``."""
+    present = set(fs.list_partition_values(staged, column))
+    return [
+        {"op": "swap", "new": f"{staged}/{column}={v}", "final": f"{target}/{column}={v}", "old": f"{old}-{v}"}
+        if v in present
+        else {"op": "empty", "final": f"{target}/{column}={v}", "old": f"{old}-{v}"}
+        for v in wanted
+    ]
+
+
 def _whole_hour_file(name: str) -> bool:
     """A Parquet file of an hour that no increment wrote (a whole-hour write's)."""
     return _data_file(name) and not name.startswith("inc-")
@@ -640,13 +654,16 @@ class LakeResource(ConfigurableResource):
         no_dictionary: Sequence[str],
         split: FileSplit | None = None,
         one_file: bool = False,
+        outer: tuple[str, Mapping[str, Sequence[str]]] | None = None,
     ) -> str:
         """Write ``df`` partitioned by ``column`` to a fresh staging folder; rows for values not in
         ``wanted`` are a bug in the caller and raise (the staging folder is removed).
 
         ``split``: the rows for which its boolean column is true go to files of their own in each folder,
         named with its prefix (the column is not stored). ``one_file``: one file per folder even for one
-        folder (small adds, which would otherwise get a file per task).
+        folder (small adds, which would otherwise get a file per task). ``outer`` (a column and, per
+        value of it, the wanted values of ``column``): folders ``outer=o/column=v`` (see
+        ``replace_in_subfolders``); ``wanted`` is then unused.
 
         Callers finish the dataset's journals first (``recover``); then what killed writes of the
         dataset left in staging is removed (``sweep_staging``).
@@ -654,19 +671,30 @@ class LakeResource(ConfigurableResource):
         fs = self.files()
         self._sweep(dataset)
         staging = f"{self.root_uri}/{STAGING}/{dataset}/{staging_name()}"
-        if len(wanted) > 1 or one_file:
+        folders = [outer[0]] if outer else []
+        if len(wanted) > 1 or one_file or outer:
             # Each folder's rows in one task, so each folder gets one file rather than one per task: a
             # run touching 64 buckets from 4 tasks wrote 256 small files (2.1 s against 0.8 s), and
             # every later read opened them all.
-            df = df.repartition(column)
-        writer = df.write.mode("overwrite").partitionBy(column, *([split.column] if split else []))
+            df = df.repartition(*folders, column)
+        writer = df.write.mode("overwrite").partitionBy(*folders, column, *([split.column] if split else []))
         for name in no_dictionary:
             writer = writer.option(f"parquet.enable.dictionary#{name}", "false")
         writer.parquet(staging)
-        stray = sorted(set(fs.list_partition_values(staging, column)) - set(wanted))
-        if stray:
-            fs.delete(staging)
-            raise ValueError(f"rows for {column} {stray} were given to write {dataset} {column} {list(wanted)}")
+        staged = (
+            {o: f"{staging}/{outer[0]}={o}" for o in fs.list_partition_values(staging, outer[0])}
+            if outer
+            else {"": staging}
+        )
+        for o, folder in staged.items():
+            allowed = outer[1].get(o, ()) if outer else wanted
+            stray = sorted(set(fs.list_partition_values(folder, column)) - set(allowed))
+            if stray:
+                fs.delete(staging)
+                where = f"{outer[0]}={o} " if outer else ""
+                raise ValueError(
+                    f"rows for {where}{column} {stray} were given to write {dataset} {column} {list(allowed)}"
+                )
         if split is not None:
             # Staging is this write's own: its files are renamed in place, no journal needed.
             for value in fs.list_partition_values(staging, column):
@@ -807,6 +835,34 @@ class LakeResource(ConfigurableResource):
                 fs.write_text(f"{staging}/{column}={value}/{name}", text)
         self._swap_in(FolderWrite(df, dataset, column, values, subfolder), wanted, staging)
 
+    def replace_in_subfolders(
+        self, df: DataFrame, dataset: str, column: str, folders: Sequence[tuple[str, Sequence[object]]], *, by: str
+    ) -> None:
+        """``replace_folders`` of several subfolders of a dataset from one Spark write.
+
+        ``folders``: (subfolder, values) pairs; a row goes to the subfolder ``folders[n]`` where n is its
+        int column ``by`` (not stored), and each subfolder is written as exactly its ``column=value``
+        folders ``values``. Staged once, then swapped in one journal: a process killed at any point
+        leaves every subfolder as before or every one as after. Rows for other values raise.
+        """
+        fs = self.files()
+        plan = [(n, sub, sorted({str(v) for v in values})) for n, (sub, values) in enumerate(folders)]
+        plan = [(n, sub, wanted) for n, sub, wanted in plan if wanted]
+        if not plan:
+            return
+        for _, sub, _ in plan:
+            self.folder_uri(dataset, sub)  # refuses a bad name before anything is written
+        self.recover(dataset)
+        staging = self._stage(df, dataset, column, [], (), outer=(by, {str(n): wanted for n, _, wanted in plan}))
+        steps = [
+            step
+            for n, sub, wanted in plan
+            for step in _swap_steps(
+                fs, f"{staging}/{by}={n}", self.folder_uri(dataset, sub), column, wanted, f"{staging}-old-{n}"
+            )
+        ]
+        self._commit(dataset, [*steps, {"op": "delete", "uri": staging}])
+
     def replace_together(self, writes: Sequence[FolderWrite | FolderAdd]) -> None:
         """Several ``replace_folders`` and ``add_to_folders`` at once: every write is staged side by side
         (Spark runs their jobs concurrently), then each is committed (one journal each), in order.
@@ -901,18 +957,9 @@ class LakeResource(ConfigurableResource):
 
     def _swap_in(self, write: FolderWrite, wanted: Sequence[str], staging: str) -> None:
         """Swap the staged folders of ``write`` in (one journal), emptying the wanted ones with no rows."""
-        fs = self.files()
         target = self.folder_uri(write.dataset, write.subfolder)
-        staged = set(fs.list_partition_values(staging, write.column))
-        steps: list[dict[str, str]] = []
-        for value in wanted:
-            final, old = f"{target}/{write.column}={value}", f"{staging}-old-{value}"
-            if value in staged:
-                steps.append({"op": "swap", "new": f"{staging}/{write.column}={value}", "final": final, "old": old})
-            else:
-                steps.append({"op": "empty", "final": final, "old": old})
-        steps.append({"op": "delete", "uri": staging})
-        self._commit(write.dataset, steps)
+        steps = _swap_steps(self.files(), staging, target, write.column, wanted, f"{staging}-old")
+        self._commit(write.dataset, [*steps, {"op": "delete", "uri": staging}])
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,10 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow.fs as pafs
 import pytest
@@ -36,6 +38,7 @@ from resources.lake import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 HOUR = "2026-03-01-10:00"
 
 
@@ -139,6 +142,38 @@ def test_a_journal_is_finished_only_when_its_writer_is_gone() -> None:
 # -- the lake's writes, killed in process at every file operation -----------------------------------
 
 
+def _kill_at_each_file_operation(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write: Callable[[LakeResource, int], None],
+    read: Callable[[LakeResource], T],
+) -> tuple[T, int]:
+    """A reference lake gets ``write(lake, 1)`` then ``write(lake, 2)``; ``read`` of it is what is
+    expected. Then for k = 1, 2, ...: a fresh lake gets ``write(lake, 1)``, then ``write(lake, 2)``
+    killed at its k-th file operation; the next ``read`` must give the expected rows (the write
+    finished), with no journal left. Ends at the first k the write outlives; returns (expected, k)."""
+    reference = LakeResource(root=str(tmp_path / "ref"))
+    write(reference, 1)
+    write(reference, 2)
+    expected = read(reference)
+    k = 1
+    while True:
+        lake = LakeResource(root=str(tmp_path / f"cut{k}"))
+        write(lake, 1)
+        dying = DyingFiles(die_at=k)
+        monkeypatch.setattr(LakeResource, "files", lambda self, f=dying: f)
+        try:
+            write(lake, 2)
+        except Killed:
+            monkeypatch.undo()
+            assert read(lake) == expected, f"killed at file operation {k}"
+            assert not list((tmp_path / f"cut{k}" / STAGING / COMMITS).rglob("*.json"))
+            k += 1
+            continue
+        monkeypatch.undo()
+        return expected, k
+
+
 def _bucket_rows(spark: SparkSession, lake: LakeResource) -> list[tuple]:
     df = lake.read_folders(spark, "state", "bucket", None, subfolder="pg")
     return sorted(tuple(r) for r in df.select("k", "v", "bucket").collect()) if df is not None else []
@@ -156,28 +191,63 @@ def test_replace_folders_killed_at_any_file_operation_reads_as_finished(
 ) -> None:
     """Buckets 0..2 rewritten (bucket 2 now empty): whichever operation the kill follows, the next
     read finishes the write; the folders are never found missing."""
-    reference = LakeResource(root=str(tmp_path / "ref"))
-    _write_buckets(spark, reference, 1)
-    _write_buckets(spark, reference, 2)
-    expected = _bucket_rows(spark, reference)
+    expected, cuts = _kill_at_each_file_operation(
+        tmp_path, monkeypatch, lambda lake, v: _write_buckets(spark, lake, v), lambda lake: _bucket_rows(spark, lake)
+    )
     assert expected and {b for _, _, b in expected} == {0, 1}
-    k = 1
-    while True:
-        lake = LakeResource(root=str(tmp_path / f"cut{k}"))
-        _write_buckets(spark, lake, 1)
-        dying = DyingFiles(die_at=k)
-        monkeypatch.setattr(LakeResource, "files", lambda self, f=dying: f)
-        try:
-            _write_buckets(spark, lake, 2)
-        except Killed:
-            monkeypatch.undo()
-            assert _bucket_rows(spark, lake) == expected, f"killed at file operation {k}"
-            assert not list((tmp_path / f"cut{k}" / STAGING / COMMITS).rglob("*.json"))
-            k += 1
-            continue
-        monkeypatch.undo()
-        break
-    assert k > 4  # the write has at least the swaps of three buckets and the staging removal
+    assert cuts > 4  # the write has at least the swaps of three buckets and the staging removal
+
+
+def _subfolder_rows(spark: SparkSession, lake: LakeResource) -> dict[str, list[tuple]]:
+    out = {}
+    for sub in ("pg", "my"):
+        df = lake.read_folders(spark, "state", "bucket", None, subfolder=sub)
+        out[sub] = sorted(tuple(r) for r in df.select("k", "v", "bucket").collect()) if df is not None else []
+    return out
+
+
+def _write_subfolders(spark: SparkSession, lake: LakeResource, version: int) -> None:
+    """Subfolder pg (n=0): buckets 0..2, bucket 2 empty from version 2 on; subfolder my (n=1): bucket 5."""
+    rows = [(f"k{i}", version, i % 3, 0) for i in range(6) if not (version == 2 and i % 3 == 2)]
+    rows += [(f"m{i}", version, 5, 1) for i in range(2)]
+    df = spark.createDataFrame(rows, "k string, v int, bucket int, n int")
+    lake.replace_in_subfolders(df, "state", "bucket", [("pg", [0, 1, 2]), ("my", [5])], by="n")
+
+
+@pytest.mark.spark
+def test_replace_in_subfolders_killed_at_any_file_operation_reads_as_finished(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two subfolders written by one write: whichever operation the kill follows, the next read
+    finishes the write in both; ``n`` is not stored."""
+    expected, cuts = _kill_at_each_file_operation(
+        tmp_path,
+        monkeypatch,
+        lambda lake, v: _write_subfolders(spark, lake, v),
+        lambda lake: _subfolder_rows(spark, lake),
+    )
+    assert {b for _, _, b in expected["pg"]} == {0, 1} and {b for _, _, b in expected["my"]} == {5}
+    assert {v for rows in expected.values() for _, v, _ in rows} == {2}
+    stored = LakeResource(root=str(tmp_path / "ref")).read_folders(spark, "state", "bucket", None, subfolder="my")
+    assert "n" not in stored.columns
+    assert cuts > 5  # at least the swaps of four folders and the staging removal
+
+
+@pytest.mark.spark
+def test_replace_in_subfolders_refuses_rows_for_folders_not_asked_for(spark: SparkSession, tmp_path: Path) -> None:
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    _write_subfolders(spark, lake, 1)
+    before = _subfolder_rows(spark, lake)
+    stray = spark.createDataFrame([("x", 9, 1, 0), ("y", 9, 7, 1)], "k string, v int, bucket int, n int")
+    with pytest.raises(ValueError, match=r"rows for n=1 bucket \['7'\] were given to write state bucket \['5'\]"):
+        lake.replace_in_subfolders(stray, "state", "bucket", [("pg", [1]), ("my", [5])], by="n")
+    unknown = spark.createDataFrame([("x", 9, 1, 2)], "k string, v int, bucket int, n int")
+    with pytest.raises(ValueError, match=r"rows for n=2 bucket \['1'\] were given"):
+        lake.replace_in_subfolders(unknown, "state", "bucket", [("pg", [1]), ("my", [5])], by="n")
+    with pytest.raises(ValueError, match="bad subfolder name"):
+        lake.replace_in_subfolders(stray, "state", "bucket", [("../x", [1])], by="n")
+    assert _subfolder_rows(spark, lake) == before
+    assert not list((tmp_path / "lake" / STAGING / "state").glob("*"))
 
 
 @pytest.mark.spark
