@@ -13,7 +13,8 @@ A transaction writes its history rows, then its record (the commit point), then 
 Recovery at the start of the next one deletes history rows no record commits (a crash before the
 commit) and replays committed rows onto HEAD when the state says HEAD is behind (a crash after it), so
 a crash at any point neither loses a committed change nor writes one twice. ``record_all`` does this
-for several spaces: rows side by side, records one after the other in the order given, HEADs side by side.
+for several spaces: every space's rows in one write, records one after the other in the order given,
+every HEAD in one write.
 
 One writer at a time: on a local lake an exclusive ``flock`` on ``<root>/transaction_log/.lock``; on
 object storage give the ``transaction_history`` Dagster pool a limit of 1.
@@ -45,15 +46,19 @@ from ngsi_assets.transforms.transaction_history import (
     FAULT_UUID,
     HEAD,
     HISTORY,
+    SPACE_N,
     TXN,
+    Numbering,
     advance_head,
     as_of,
+    by_space,
     changes,
     current_features,
     difference,
     last_updated_by,
     layer,
     number_changes,
+    numbering_counts,
     partition_offsets,
     sorted_for_numbering,
     transaction_faults,
@@ -70,8 +75,10 @@ TAGS_DS = "transaction_tags"
 VERSIONS_DS = "versioned_entities"
 STATE_FILE = "_state.json"
 # Versioned-entities Parquet bytes per numbering partition of a space's first transaction (about
-# 50,000 versions).
+# ROWS_PER_PART versions).
 FIRST_PART_BYTES = 8 * 2**20
+# History rows per numbering partition.
+ROWS_PER_PART = 50_000
 
 
 def utc_now() -> datetime:
@@ -121,6 +128,20 @@ class Verification:
     chain_breaks: int
     break_examples: list[dict[str, Any]]
     uuid_faults: int
+
+
+@dataclass(frozen=True)
+class _Compared:
+    """A space whose versioned buckets changed since HEAD: its changes, planned, not yet counted."""
+
+    space: str
+    folder: str
+    latest: Commit | None
+    changed_buckets: list[int]
+    now_sigs: dict[str, str]
+    head: DataFrame  # HEAD's rows of the changed buckets before the transaction
+    current: DataFrame  # the features of the changed buckets now (CURRENT)
+    expected: int  # about how many rows (sizes the numbering's partitions)
 
 
 @dataclass(frozen=True)
@@ -304,39 +325,35 @@ class HistoryStore:
         """``record`` for several spaces (space -> key fields) at one transaction time; the commits made,
         in the order of ``spaces``. Call it inside ``writer_lock``.
 
-        The spaces are compared and their rows written side by side; the transactions are then
-        committed one after the other in the order of ``spaces`` (so their global ids follow it), and
-        HEAD moves side by side again. A crash at any point leaves each space as ``record`` would.
+        The spaces' changed buckets are found side by side (file listings); their changes are then
+        counted in one Spark job, numbered and written in one write, and verified in one job, whatever
+        the number of spaces. The transactions are committed one after the other in the order of
+        ``spaces`` (so their global ids follow it), and every HEAD moves in one write. A crash at any
+        point leaves each space as ``record`` would.
         """
         now = self.clock().astimezone(UTC)
-        staged = results(
+        compared = results(
             side_by_side(
-                [functools.partial(self._stage_transaction, s, tuple(k), messages, now) for s, k in spaces.items()],
+                [functools.partial(self._compare, s, tuple(k)) for s, k in spaces.items()],
                 name="history-space",
                 workers=workers,
             )
         )
+        staged = self._stage_transactions([c for c in compared if c is not None], messages, now)
         # Global ids are given out in order, under the writer lock: the newest one is read once.
         newest_id = max((c.id for c in (self.latest(f) for f in self.folders()) if c is not None), default=0)
         tables = tables or {}
         commits = [
             self._commit_staged(st, newest_id + n, tables.get(st.space, st.space), commit_msg, commit_json or {})
-            for n, st in enumerate((st for st in staged if st is not None), start=1)
+            for n, st in enumerate(staged, start=1)
         ]
-        results(
-            side_by_side(
-                [functools.partial(self._advance_head, st) for st in staged if st is not None],
-                name="history-head",
-                workers=workers,
-            )
-        )
+        self._advance_heads(staged)
         return commits
 
-    def _stage_transaction(
-        self, space: str, key_fields: Sequence[str], messages: DataFrame, now: datetime
-    ) -> _Staged | None:
-        """The space's changes since HEAD, numbered and written as its next transaction's rows (not yet
-        committed) and verified; None when nothing changed (the bucket signatures are then saved)."""
+    def _compare(self, space: str, key_fields: Sequence[str]) -> _Compared | None:
+        """What the space's next transaction compares: HEAD and the features of the versioned buckets
+        that changed since it (plans: nothing is computed), or None when none changed. Finishes an
+        unfinished transaction of the space first."""
         folder = entity_folder(space)
         self.recover(folder)
         state = self._read_state(folder)
@@ -345,52 +362,129 @@ class HistoryStore:
         changed_buckets = sorted(
             {int(b) for b, sig in now_sigs.items() if seen.get(b) != sig} | {int(b) for b in seen if b not in now_sigs}
         )
-        latest = self.latest(folder)
         if not changed_buckets:
             return None
+        latest = self.latest(folder)
         versions = self._open_versions(folder, changed_buckets)
         head = self._head(folder, changed_buckets)
         if versions is None:
             current = self.spark.createDataFrame([], CURRENT)
         else:
             current = current_features(versions, key_fields)
-        # The numbering's partitions only spread the work (the order is global). They are sized before
-        # the changes are counted, so that one job counts them and partitions them: from the previous
-        # transaction's rows, or for a first transaction from the size of the versions it reads (more
-        # than one partition costs a sampling job, worth it from about 50,000 rows).
-        shuffle = int(self.spark.conf.get("spark.sql.shuffle.partitions", "8"))
+        # How many rows to expect, to size the numbering's partitions before the changes are counted:
+        # the previous transaction's, or for a first transaction from the size of the versions it reads.
         if latest is not None:
-            parts = min(shuffle, 1 + (latest.last_i - latest.first_i + 1) // 50_000)
+            expected = latest.last_i - latest.first_i + 1
         else:
-            parts = min(shuffle, 1 + self.fs.tree_bytes(self.lake.folder_uri(VERSIONS_DS, folder)) // FIRST_PART_BYTES)
-        ordered = sorted_for_numbering(last_updated_by(changes(head, current), messages), parts).persist()
+            expected = self.fs.tree_bytes(self.lake.folder_uri(VERSIONS_DS, folder)) * ROWS_PER_PART // FIRST_PART_BYTES
+        return _Compared(space, folder, latest, changed_buckets, now_sigs, head, current, expected)
+
+    def _stage_transactions(self, compared: Sequence[_Compared], messages: DataFrame, now: datetime) -> list[_Staged]:
+        """The compared spaces' changes found and counted (one job), numbered and written as each space's
+        next transaction's rows (one write, not yet committed) and verified (one job), in the order
+        given. The spaces go through every step together, told apart by ``SPACE_N`` (their index in
+        ``compared``): a step's Spark stages do not multiply with the spaces. A space with no change gets
+        its bucket signatures saved and no transaction."""
+        if not compared:
+            return []
+        by = [SPACE_N]
+        changed = last_updated_by(
+            changes(_tagged([c.head for c in compared]), _tagged([c.current for c in compared]), by), messages, by
+        )
+        # The numbering's partitions only spread the work (the order is global within a space): one
+        # unless about 50,000 rows are expected (more than one costs a sampling job).
+        shuffle = int(self.spark.conf.get("spark.sql.shuffle.partitions", "8"))
+        parts = min(shuffle, 1 + sum(c.expected for c in compared) // ROWS_PER_PART)
+        ordered = sorted_for_numbering(changed, parts).persist()
         try:
-            counts: dict[int, int] = {}
-            per_part: dict[int, int] = {}
-            for r in ordered.groupBy("_part", "action").count().collect():
-                counts[int(r["action"])] = counts.get(int(r["action"]), 0) + int(r["count"])
-                per_part[int(r["_part"])] = per_part.get(int(r["_part"]), 0) + int(r["count"])
-            total = sum(counts.values())
-            if total == 0:
-                self._write_state(folder, {"head_txn": latest.txn if latest else 0, "signatures": now_sigs})
-                return None
-            txn = (latest.txn if latest else 0) + 1
-            # The wall clock went back: keep tnx non-decreasing.
-            ts = max(now, latest.ts) if latest is not None else now
-            tnx = tnx_of(ts, txn)
-            first_i = (latest.last_i if latest else 0) + 1
-            rows = number_changes(
-                ordered, offsets=partition_offsets(per_part), first_i=first_i, tnx=tnx, ts=ts, txn=txn
+            counts: dict[int, dict[int, int]] = {n: {} for n in range(len(compared))}
+            per_part: dict[tuple[int, int], tuple[int, int]] = {}
+            for r in numbering_counts(ordered).collect():
+                n, part, action, count = int(r[SPACE_N]), int(r["_part"]), int(r["action"]), int(r["count"])
+                counts[n][action] = counts[n].get(action, 0) + count
+                rows, start = per_part.get((n, part), (0, int(r["start"])))
+                per_part[(n, part)] = (rows + count, min(start, int(r["start"])))
+            numbering: dict[int, Numbering] = {}
+            for n, c in enumerate(compared):
+                if not counts[n]:
+                    self._write_state(c.folder, {"head_txn": c.latest.txn if c.latest else 0, "signatures": c.now_sigs})
+                    continue
+                # The wall clock went back: keep tnx non-decreasing.
+                ts = max(now, c.latest.ts) if c.latest is not None else now
+                txn = (c.latest.txn if c.latest else 0) + 1
+                numbering[n] = Numbering((c.latest.last_i if c.latest else 0) + 1, tnx_of(ts, txn), ts, txn)
+            if not numbering:
+                return []
+            rows = number_changes(ordered, offsets=partition_offsets(per_part), numbering=numbering)
+            self.lake.replace_in_subfolders(
+                rows,
+                HISTORY_DS,
+                TXN,
+                [(c.folder, [numbering[n].txn] if n in numbering else []) for n, c in enumerate(compared)],
+                by=SPACE_N,
             )
-            self.lake.replace_folders(rows, HISTORY_DS, TXN, [txn], subfolder=folder)
         finally:
             ordered.unpersist()
-        written = self._history_rows(folder, [txn])
-        # Checked against HEAD before it moves: the new rows and their features' previous ones.
-        verification = self._verify(head, written, first_i, first_i + total - 1)
-        return _Staged(
-            space, folder, txn, tnx, ts, first_i, total, counts, changed_buckets, now_sigs, head, written, verification
+        # Checked against HEAD before it moves (and HEAD moved) from the rows as written.
+        written = {n: self._history_rows(compared[n].folder, [num.txn]) for n, num in numbering.items()}
+        totals = {n: sum(counts[n].values()) for n in numbering}
+        verifications = self._verify_all(
+            [(compared[n].head, written[n], num.first_i, num.first_i + totals[n] - 1) for n, num in numbering.items()]
         )
+        return [
+            _Staged(
+                compared[n].space,
+                compared[n].folder,
+                num.txn,
+                num.tnx,
+                num.ts,
+                num.first_i,
+                totals[n],
+                counts[n],
+                compared[n].changed_buckets,
+                compared[n].now_sigs,
+                compared[n].head,
+                written[n],
+                verification,
+            )
+            for (n, num), verification in zip(numbering.items(), verifications, strict=True)
+        ]
+
+    def _verify_all(self, transactions: Sequence[tuple[DataFrame, DataFrame, int, int]]) -> list[Verification]:
+        """The faults of each transaction (HEAD before it, its rows, its first and last ``i``: see
+        ``transaction_faults``), in order: one job for all of them, and one more per transaction that
+        breaks a chain (its examples)."""
+        by = [SPACE_N]
+        faults = transaction_faults(
+            _tagged([t[0] for t in transactions]),
+            _tagged([t[1] for t in transactions]),
+            by_space(dict(enumerate(t[2] for t in transactions))),
+            by_space(dict(enumerate(t[3] for t in transactions))),
+            by,
+        ).persist()
+        try:
+            counts = {
+                (int(r[SPACE_N]), r["check"]): int(r["count"])
+                for r in faults.groupBy(SPACE_N, "check").count().collect()
+            }
+            out = []
+            for n in range(len(transactions)):
+                breaks = counts.get((n, FAULT_CHAIN), 0)
+                examples = (
+                    [
+                        r.asDict()
+                        for r in faults.where((F.col(SPACE_N) == n) & (F.col("check") == FAULT_CHAIN))
+                        .drop(SPACE_N)
+                        .limit(3)
+                        .collect()
+                    ]
+                    if breaks
+                    else []
+                )
+                out.append(Verification(breaks, examples, counts.get((n, FAULT_UUID), 0)))
+            return out
+        finally:
+            faults.unpersist()
 
     def _open_versions(self, folder: str, buckets: Sequence[int]) -> DataFrame | None:
         """The versions of ``buckets`` a transaction compares with HEAD: their open rows' files where
@@ -437,25 +531,17 @@ class HistoryStore:
         self.verifications[(st.space, st.txn)] = st.verification
         return commit
 
-    def _advance_head(self, st: _Staged) -> None:
-        """Move HEAD past a committed transaction (``recover`` does it when a crash came first)."""
-        self.lake.replace_folders(
-            advance_head(st.head, st.rows), HEAD_DS, BUCKET, st.changed_buckets, subfolder=st.folder
+    def _advance_heads(self, staged: Sequence[_Staged]) -> None:
+        """Move the HEADs past committed transactions, in one write (``recover`` does it for a space
+        whose HEAD a crash left behind), then save each space's state."""
+        if not staged:
+            return
+        moved = advance_head(_tagged([st.head for st in staged]), _tagged([st.rows for st in staged]), [SPACE_N])
+        self.lake.replace_in_subfolders(
+            moved, HEAD_DS, BUCKET, [(st.folder, st.changed_buckets) for st in staged], by=SPACE_N
         )
-        self._write_state(st.folder, {"head_txn": st.txn, "signatures": st.now_sigs})
-
-    def _verify(self, tips: DataFrame, rows: DataFrame, first_i: int, last_i: int) -> Verification:
-        faults = transaction_faults(tips, rows, first_i, last_i).persist()
-        try:
-            counts = {r["check"]: int(r["count"]) for r in faults.groupBy("check").count().collect()}
-            examples = (
-                [r.asDict() for r in faults.where(F.col("check") == FAULT_CHAIN).limit(3).collect()]
-                if counts.get(FAULT_CHAIN)
-                else []
-            )
-        finally:
-            faults.unpersist()
-        return Verification(counts.get(FAULT_CHAIN, 0), examples, counts.get(FAULT_UUID, 0))
+        for st in staged:
+            self._write_state(st.folder, {"head_txn": st.txn, "signatures": st.now_sigs})
 
     def verification(self, space: str, txn: int) -> Verification | None:
         """What ``record`` found wrong in the rows of transaction ``txn`` of ``space`` (this store's only)."""
@@ -548,6 +634,11 @@ class HistoryStore:
                 raise HistoryError(f"space {space!r} has no tag {name!r}")
             del tags[name]
             self.fs.write_text(self._tags_uri(folder), json.dumps(tags, sort_keys=True))
+
+
+def _tagged(frames: Sequence[DataFrame]) -> DataFrame:
+    """The frames (of the same columns) as one, each row with ``SPACE_N``: its frame's index."""
+    return functools.reduce(DataFrame.unionByName, [f.withColumn(SPACE_N, F.lit(n)) for n, f in enumerate(frames)])
 
 
 def publish(store: HistoryStore, url: str, schema: str, rows_per_partition: int = 100_000) -> dict[str, Any]:

@@ -26,7 +26,8 @@ A state that did not change writes nothing, which is why rerunning a partition a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from pyspark.sql import Column, DataFrame, Window
@@ -133,13 +134,15 @@ def current_features(versions: DataFrame, key_fields: Sequence[str]) -> DataFram
     )
 
 
-def changes(head: DataFrame, current: DataFrame) -> DataFrame:
+def changes(head: DataFrame, current: DataFrame, by: Sequence[str] = ()) -> DataFrame:
     """The features whose state differs between ``head`` (HEAD rows) and ``current`` (CURRENT rows).
 
     Both must cover the same buckets. One row per changed guid: action, puuid, created_at (null for a
     new chain), deleted, state, state_hash, id, guid, bucket, source_message (null for a PURGE).
+    ``by``: columns both have that tell spaces apart (several spaces compared in one pass); kept.
     """
     old = head.select(
+        *by,
         F.col("guid"),
         F.col(BUCKET).alias("_old_bucket"),
         F.col("id").alias("_old_id"),
@@ -149,7 +152,7 @@ def changes(head: DataFrame, current: DataFrame) -> DataFrame:
         F.col("state").alias("_old_state"),
         F.col("state_hash").alias("_old_hash"),
     )
-    joined = old.join(current, "guid", "full_outer")
+    joined = old.join(current, [*by, "guid"], "full_outer")
     has_old = F.col("_old_uuid").isNotNull()
     has_new = F.col("state").isNotNull()
     action = (
@@ -159,6 +162,7 @@ def changes(head: DataFrame, current: DataFrame) -> DataFrame:
         .otherwise(F.lit(int(Action.CREATE)))
     )
     return joined.where(~has_old | ~has_new | (F.col("_old_hash") != F.col("state_hash"))).select(
+        *by,
         action.alias("action"),
         F.col("_old_uuid").alias("puuid"),
         F.col("_old_created").alias("created_at"),
@@ -172,16 +176,31 @@ def changes(head: DataFrame, current: DataFrame) -> DataFrame:
     )
 
 
-def sorted_for_numbering(changed: DataFrame, partitions: int) -> DataFrame:
-    """``changed`` range-partitioned and sorted by (id, guid), with ``_part`` (its partition) and ``_pos``
-    (its position in the partition), from which ``number_changes`` derives contiguous ``i`` values.
+SPACE_N = "space_n"  # the space of a row being numbered: its index in the run's spaces
 
-    Persist the result before counting it per ``_part``: the numbering must see the same partitions.
+
+@dataclass(frozen=True)
+class Numbering:
+    """What numbers one space's transaction: its first ``i``, tnx, time and counter."""
+
+    first_i: int
+    tnx: int
+    ts: datetime
+    txn: int
+
+
+def sorted_for_numbering(changed: DataFrame, partitions: int) -> DataFrame:
+    """``changed`` (the changes of one or several spaces, told apart by the int column ``SPACE_N``)
+    range-partitioned and sorted by (space, id, guid), with ``_part`` (its partition) and ``_pos`` (its
+    position in the partition), from which ``number_changes`` derives contiguous ``i`` values per space.
+
+    Persist the result before counting it (``numbering_counts``): the numbering must see the same
+    partitions.
     """
     mono = F.monotonically_increasing_id()  # (partition index << 33) + position, in sorted order
     return (
-        changed.repartitionByRange(max(1, partitions), "id", "guid")
-        .sortWithinPartitions("id", "guid")
+        changed.repartitionByRange(max(1, partitions), SPACE_N, "id", "guid")
+        .sortWithinPartitions(SPACE_N, "id", "guid")
         .withColumn("_mono", mono)
         .withColumn("_part", F.shiftright(F.col("_mono"), 33))
         .withColumn("_pos", F.col("_mono").bitwiseAND(F.lit((1 << 33) - 1)))
@@ -189,35 +208,61 @@ def sorted_for_numbering(changed: DataFrame, partitions: int) -> DataFrame:
     )
 
 
-def partition_offsets(counts: dict[int, int]) -> dict[int, int]:
-    """Rows per ``_part`` -> the number of rows in the partitions before each."""
-    offsets, total = {}, 0
-    for part in sorted(counts):
-        offsets[part] = total
-        total += counts[part]
+def numbering_counts(ordered: DataFrame) -> DataFrame:
+    """Per (space, partition, action) of ``sorted_for_numbering``'s rows: their count and smallest ``_pos``
+    (a few rows per space: what ``partition_offsets`` needs, and the transaction's action counts)."""
+    return ordered.groupBy(SPACE_N, "_part", "action").agg(
+        F.count(F.lit(1)).alias("count"), F.min("_pos").alias("start")
+    )
+
+
+def partition_offsets(counts: Mapping[tuple[int, int], tuple[int, int]]) -> dict[tuple[int, int], int]:
+    """(space, partition) -> (rows, smallest ``_pos``) to (space, partition) -> what to add to a row's
+    ``_pos`` to get its place among its space's rows: the space's rows in the partitions before, less
+    the first ``_pos`` of the space in this one (a partition can hold the end of one space and the start
+    of the next)."""
+    offsets: dict[tuple[int, int], int] = {}
+    before: dict[int, int] = {}
+    for space, part in sorted(counts):
+        rows, start = counts[(space, part)]
+        offsets[(space, part)] = before.get(space, 0) - start
+        before[space] = before.get(space, 0) + rows
     return offsets
 
 
+def by_space(values: Mapping[int, object]) -> Column:
+    """The value of the row's space (a literal map lookup)."""
+    return F.element_at(
+        F.create_map(*[x for k, v in sorted(values.items()) for x in (F.lit(k), F.lit(v))]), F.col(SPACE_N)
+    )
+
+
 def number_changes(
-    ordered: DataFrame, *, offsets: dict[int, int], first_i: int, tnx: int, ts: datetime, txn: int
+    ordered: DataFrame, *, offsets: Mapping[tuple[int, int], int], numbering: Mapping[int, Numbering]
 ) -> DataFrame:
-    """HISTORY rows for one transaction: ``i`` from ``first_i`` upwards in (id, guid) order, uuid from (tnx, i).
+    """HISTORY rows (and ``SPACE_N``) for one transaction per space: ``i`` from the space's ``first_i``
+    upwards in (id, guid) order, uuid from (tnx, i).
 
     ``ordered`` comes from ``sorted_for_numbering`` over ``changes`` with a ``last_updated_by`` column;
-    ``offsets`` from ``partition_offsets`` of its row count per ``_part`` (one number per partition is
-    all that reaches the driver).
+    ``offsets`` from ``partition_offsets`` of ``numbering_counts`` (a few numbers per space are all that
+    reach the driver); ``numbering``: each space's ``Numbering``.
     """
-    offset_of = F.create_map(*[x for part, off in sorted(offsets.items()) for x in (F.lit(part), F.lit(off))])
-    i = (F.lit(first_i) + F.element_at(offset_of, F.col("_part")) + F.col("_pos")).cast("long")
-    ts_col = F.lit(ts).cast("timestamp")
+    key = F.col(SPACE_N).cast("long") * F.lit(1 << 32) + F.col("_part")
+    offset_of = F.create_map(
+        *[x for (space, part), off in sorted(offsets.items()) for x in (F.lit((space << 32) + part), F.lit(off))]
+    )
+    first_i = by_space({s: n.first_i for s, n in numbering.items()})
+    tnx = by_space({s: n.tnx for s, n in numbering.items()}).cast("long")
+    ts_col = by_space({s: n.ts for s, n in numbering.items()}).cast("timestamp")
+    i = (first_i + F.element_at(offset_of, key) + F.col("_pos")).cast("long")
     created = F.when(F.col("created_at").isNull(), ts_col).otherwise(F.col("created_at"))
     return ordered.select(
         i.alias("i"),
         F.col("action").cast("int").alias("action"),
-        F.lit(tnx).cast("long").alias("tnx"),
+        tnx.alias("tnx"),
         ts_col.alias("ts"),
         F.col("id"),
-        uuid_column(F.lit(tnx).cast("long"), i).alias("uuid"),
+        uuid_column(tnx, i).alias("uuid"),
         F.col("puuid"),
         F.col("last_updated_by"),
         created.alias("created_at"),
@@ -226,31 +271,34 @@ def number_changes(
         F.col("state_hash"),
         F.col("guid"),
         F.col(BUCKET).cast("int").alias(BUCKET),
-        F.lit(txn).cast("long").alias(TXN),
+        by_space({s: n.txn for s, n in numbering.items()}).cast("long").alias(TXN),
+        F.col(SPACE_N),
     )
 
 
-def advance_head(head: DataFrame, history: DataFrame) -> DataFrame:
-    """HEAD after ``history`` rows (of later transactions than ``head``): each guid's newest row, purged guids gone."""
-    newest = Window.partitionBy("guid").orderBy(F.col("i").desc())
+def advance_head(head: DataFrame, history: DataFrame, by: Sequence[str] = ()) -> DataFrame:
+    """HEAD after ``history`` rows (of later transactions than ``head``): each guid's newest row, purged
+    guids gone. ``by``: columns both have that tell spaces apart; kept."""
+    newest = Window.partitionBy(*by, "guid").orderBy(F.col("i").desc())
     latest = (
-        history.select(*HEAD.fieldNames())
+        history.select(*by, *HEAD.fieldNames())
         .withColumn("_rank", F.row_number().over(newest))
         .where(F.col("_rank") == 1)
         .drop("_rank")
     )
-    kept = head.select(*HEAD.fieldNames()).join(latest.select("guid"), "guid", "left_anti")
+    kept = head.select(*by, *HEAD.fieldNames()).join(latest.select(*by, "guid"), [*by, "guid"], "left_anti")
     return kept.unionByName(latest).where(F.col("action") != int(Action.PURGE))
 
 
-def last_updated_by(changed: DataFrame, messages: DataFrame) -> DataFrame:
+def last_updated_by(changed: DataFrame, messages: DataFrame, by: Sequence[str] = ()) -> DataFrame:
     """``changed`` with ``last_updated_by``: who sent the message behind the change (user, else source system).
 
     The message is the state's source_message if ``messages`` (message_identifier, user, source_system:
     the messages the run processed) has it, else the smallest of the run's messages named in the
     state's field_provenance: a late message that changed a field of the current version is in the
     provenance but is not the version's source. A change none of the run's messages explains (made by
-    an earlier run whose history was not recorded, or a PURGE) gets null.
+    an earlier run whose history was not recorded, or a PURGE) gets null. ``by``: columns of
+    ``changed`` that tell spaces apart (a guid is unique within its space).
     """
     who = messages.select(
         F.col("message_identifier").alias("_m"),
@@ -258,6 +306,7 @@ def last_updated_by(changed: DataFrame, messages: DataFrame) -> DataFrame:
     ).dropDuplicates(["_m"])
     provenance = F.from_json(F.get_json_object(F.col("state"), "$." + FIELD_PROVENANCE), _PROVENANCE)
     candidates = changed.select(
+        *by,
         "guid",
         F.explode(
             F.array_union(
@@ -271,12 +320,12 @@ def last_updated_by(changed: DataFrame, messages: DataFrame) -> DataFrame:
     ).where(F.col("c.m").isNotNull())
     best = (
         candidates.join(who, F.col("c.m") == F.col("_m"))
-        .groupBy("guid")
+        .groupBy(*by, "guid")
         .agg(F.min(F.struct(F.col("c.rank"), F.col("c.m"), F.col("_who"))).alias("_best"))
-        .select("guid", F.col("_best._who").alias("last_updated_by"))
+        .select(*by, "guid", F.col("_best._who").alias("last_updated_by"))
     )
     purge = F.col("action") == int(Action.PURGE)
-    return changed.join(best, "guid", "left").withColumn(
+    return changed.join(best, [*by, "guid"], "left").withColumn(
         "last_updated_by", F.when(purge, F.lit(None).cast("string")).otherwise(F.col("last_updated_by"))
     )
 
@@ -343,18 +392,18 @@ def layer(base: DataFrame, delta: DataFrame) -> DataFrame:
     return from_delta.unionByName(from_base)
 
 
-def chain_breaks(history: DataFrame) -> DataFrame:
+def chain_breaks(history: DataFrame, by: Sequence[str] = ()) -> DataFrame:
     """History rows that break their feature's puuid chain, with the reason.
 
     In ``i`` order per id: the first row and the row after a PURGE must have a null puuid (and be a
     CREATE, or a DELETE of a feature first seen deleted); every other row must have the previous
-    row's uuid as puuid and must not be a CREATE.
+    row's uuid as puuid and must not be a CREATE. ``by``: columns that tell spaces apart; kept.
     """
-    by_id = Window.partitionBy("id").orderBy("i")
+    by_id = Window.partitionBy(*by, "id").orderBy("i")
     prev_uuid = F.lag("uuid").over(by_id)
     prev_action = F.lag("action").over(by_id)
     starts = prev_uuid.isNull() | (prev_action == int(Action.PURGE))
-    rows = history.select("id", "i", "uuid", "puuid", "action", starts.alias("_start"), prev_uuid.alias("_prev"))
+    rows = history.select(*by, "id", "i", "uuid", "puuid", "action", starts.alias("_start"), prev_uuid.alias("_prev"))
     reason = (
         F.when(F.col("_start") & F.col("puuid").isNotNull(), F.lit("chain start with a puuid"))
         .when(
@@ -364,14 +413,18 @@ def chain_breaks(history: DataFrame) -> DataFrame:
         .when(~F.col("_start") & (F.col("action") == int(Action.CREATE)), F.lit("CREATE inside a chain"))
         .when(~F.col("_start") & ~F.col("puuid").eqNullSafe(F.col("_prev")), F.lit("puuid is not the previous uuid"))
     )
-    return rows.select("id", "i", "uuid", "puuid", "action", reason.alias("reason")).where(F.col("reason").isNotNull())
+    return rows.select(*by, "id", "i", "uuid", "puuid", "action", reason.alias("reason")).where(
+        F.col("reason").isNotNull()
+    )
 
 
 FAULT_CHAIN = "chain"
 FAULT_UUID = "uuid"
 
 
-def transaction_faults(tips: DataFrame, rows: DataFrame, first_i: int, last_i: int) -> DataFrame:
+def transaction_faults(
+    tips: DataFrame, rows: DataFrame, first_i: int | Column, last_i: int | Column, by: Sequence[str] = ()
+) -> DataFrame:
     """The faults of one transaction's stored ``rows`` (its ``i`` from ``first_i`` to ``last_i``).
 
     ``tips``: HEAD before the transaction (the newest earlier row of every live feature of the
@@ -385,22 +438,33 @@ def transaction_faults(tips: DataFrame, rows: DataFrame, first_i: int, last_i: i
       starting after the previous one's (``record`` numbers them so), a uuid is unique in the whole
       history without reading it.
 
-    Columns: check (``chain`` or ``uuid``), id, i, uuid, reason.
+    ``by``: columns of ``tips`` and ``rows`` that tell the transactions of several spaces apart, each
+    checked within its space in one pass (``first_i`` and ``last_i`` are then columns: the row's
+    space's). Columns: ``by``, check (``chain`` or ``uuid``), id, i, uuid, reason.
     """
-    cols = ["id", "i", "uuid", "puuid", "action"]
-    mine = F.col("i").between(first_i, last_i)
-    context = tips.join(rows.select("id").distinct(), "id", "left_semi").select(*cols)
-    breaks = chain_breaks(context.unionByName(rows.select(*cols))).where(mine)
-    chain = breaks.select(F.lit(FAULT_CHAIN).alias("check"), "id", "i", "uuid", "reason")
+    cols = [*by, "id", "i", "uuid", "puuid", "action"]
+    first = first_i if isinstance(first_i, Column) else F.lit(first_i)
+    last = last_i if isinstance(last_i, Column) else F.lit(last_i)
+    mine = F.col("i").between(first, last)
+    context = tips.join(rows.select(*by, "id").distinct(), [*by, "id"], "left_semi").select(*cols)
+    breaks = chain_breaks(context.unionByName(rows.select(*cols)), by).where(mine)
+    chain = breaks.select(*by, F.lit(FAULT_CHAIN).alias("check"), "id", "i", "uuid", "reason")
     misnumbered = rows.where(~F.col("uuid").eqNullSafe(uuid_column(F.col("tnx"), F.col("i"))) | ~mine).select(
+        *by,
         F.lit(FAULT_UUID).alias("check"),
         "id",
         "i",
         "uuid",
         F.lit("uuid is not the one of its (tnx, i), or i is outside the transaction's range").alias("reason"),
     )
-    seen = tips.select("uuid").unionByName(rows.select("uuid")).groupBy("uuid").count().where(F.col("count") > 1)
-    twice = rows.join(seen, "uuid", "left_semi").select(
-        F.lit(FAULT_UUID).alias("check"), "id", "i", "uuid", F.lit("uuid found twice").alias("reason")
+    seen = (
+        tips.select(*by, "uuid")
+        .unionByName(rows.select(*by, "uuid"))
+        .groupBy(*by, "uuid")
+        .count()
+        .where(F.col("count") > 1)
+    )
+    twice = rows.join(seen, [*by, "uuid"], "left_semi").select(
+        *by, F.lit(FAULT_UUID).alias("check"), "id", "i", "uuid", F.lit("uuid found twice").alias("reason")
     )
     return chain.unionByName(misnumbered).unionByName(twice)

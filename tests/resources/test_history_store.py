@@ -208,14 +208,14 @@ def test_crash_after_the_commit_is_replayed_onto_head(
     write_table(spark, store.lake, {"A": (False, "x", 1)}, 1)
     record(store, spark, 1)
     write_table(spark, store.lake, {"A": (False, "y", 1)}, 2)
-    real = store.lake.replace_folders
+    real = store.lake.replace_in_subfolders
 
     def crash(df, dataset, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003
         if dataset == HEAD_DS:
             raise OSError("killed")
         return real(df, dataset, *args, **kwargs)
 
-    monkeypatch.setattr(type(store.lake), "replace_folders", lambda self, *a, **k: crash(*a, **k))
+    monkeypatch.setattr(type(store.lake), "replace_in_subfolders", lambda self, *a, **k: crash(*a, **k))
     with pytest.raises(OSError, match="killed"):
         record(store, spark, 2)
     monkeypatch.undo()
