@@ -48,7 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_spark_modes import platform_env, start_connect_server, step_seconds  # noqa: E402
-from benchmarks.machine import describe_machine, write_results  # noqa: E402
+from benchmarks.machine import describe_machine, stop_cleanly_on_sigterm, write_results  # noqa: E402
 
 BEGIN = "<!-- bench_continuous:begin -->"
 END = "<!-- bench_continuous:end -->"
@@ -375,6 +375,7 @@ def caught_up(obs: Observations) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_cleanly_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rate", type=float, default=20.0, help="notifications per second")
     parser.add_argument("--minutes", type=float, default=20.0)

@@ -45,7 +45,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_continuous import notification, stop_group  # noqa: E402
 from benchmarks.bench_spark_modes import platform_env, start_connect_server, step_seconds  # noqa: E402
-from benchmarks.machine import describe_machine, write_results  # noqa: E402
+from benchmarks.machine import describe_machine, stop_cleanly_on_sigterm, write_results  # noqa: E402
 
 BEGIN = "<!-- bench_growth:begin -->"
 END = "<!-- bench_growth:end -->"
@@ -311,6 +311,7 @@ def render(args: argparse.Namespace, one: dict[str, Any], ages: list[dict[str, A
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_cleanly_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--keys", type=int, default=600)

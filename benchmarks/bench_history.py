@@ -37,7 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.machine import describe_machine, write_results  # noqa: E402
+from benchmarks.machine import describe_machine, stop_cleanly_on_sigterm, write_results  # noqa: E402
 
 BEGIN, END = "<!-- bench_history:begin -->", "<!-- bench_history:end -->"
 SPACE = "bench_item"
@@ -338,6 +338,7 @@ def render(r: dict[str, Any], args: argparse.Namespace, load_before: tuple, load
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_cleanly_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--changed", type=int, default=None, help="keys changed in steps 3, 4 (default: 1%% of keys)")

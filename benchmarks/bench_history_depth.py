@@ -42,7 +42,7 @@ from benchmarks.bench_growth import (  # noqa: E402
     runs,
     warm_lab,
 )
-from benchmarks.machine import describe_machine, write_results  # noqa: E402
+from benchmarks.machine import describe_machine, stop_cleanly_on_sigterm, write_results  # noqa: E402
 
 BEGIN = "<!-- bench_history_depth:begin -->"
 END = "<!-- bench_history_depth:end -->"
@@ -132,6 +132,7 @@ def render(args: argparse.Namespace, depths: list[dict[str, Any]], machine: str)
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_cleanly_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cars", type=int, default=5)
     parser.add_argument("--depths", type=int, nargs="+", default=[200, 20000])

@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.machine import describe_machine, write_results  # noqa: E402
+from benchmarks.machine import describe_machine, stop_cleanly_on_sigterm, write_results  # noqa: E402
 
 BEGIN = "<!-- bench_spark_modes:begin -->"
 END = "<!-- bench_spark_modes:end -->"
@@ -152,6 +152,7 @@ def summarize(name: str, runs: list[dict[str, object]]) -> list[str]:
 
 
 def main() -> int:
+    stop_cleanly_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--notifications", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.machine import describe_machine  # noqa: E402
+from benchmarks.machine import describe_machine, stop_cleanly_on_sigterm  # noqa: E402
 from ngsi_assets.ngsi.sql_config import SqlSinkConfig  # noqa: E402
 from ngsi_assets.ngsi.sql_naming import Dialect, attribute_column  # noqa: E402
 from ngsi_assets.sinks.sql_writer import HISTORIC, LAST_DATA, WriteJob, write_rows  # noqa: E402
@@ -124,6 +124,7 @@ def bench_historic(dialect: Dialect, url: str, rows_n: int, db: str) -> dict:
 
 
 def main() -> None:
+    stop_cleanly_on_sigterm()
     ap = argparse.ArgumentParser()
     ap.add_argument("--updates", type=int, default=1_000_000)
     ap.add_argument("--keys", type=int, default=100_000)

@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.machine import describe_machine, write_results  # noqa: E402
+from benchmarks.machine import describe_machine, stop_cleanly_on_sigterm, write_results  # noqa: E402
 
 BEGIN, END = "<!-- bench_sth_api:begin -->", "<!-- bench_sth_api:end -->"
 ATTRS = ("speed", "fuel", "temperature", "state")
@@ -237,6 +237,7 @@ def render(machine: str, results: dict[int, dict[str, dict[str, float]]], fill_s
 
 
 def main() -> int:
+    stop_cleanly_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000", help="raw documents, comma-separated")
     parser.add_argument("--seconds", type=float, default=20.0)
