@@ -36,6 +36,7 @@ from ngsi_assets.ngsi.constants import MessageStatus
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.transforms.message_store import build_message_store, parse_landing_lines
 from ngsi_assets.transforms.ngsi_events import ngsi_event_rejects, ngsi_messages, to_ngsi_events
+from ngsi_assets.transforms.plans import first_rows
 from ngsi_assets.transforms.schemas import MESSAGE_STORE, NGSI_EVENT_REJECTS, NGSI_EVENTS
 from resources.lake import PARTITION_COLUMN, FolderWrite, LakeResource, key_to_dt
 from resources.landing import LandingZoneResource
@@ -46,8 +47,9 @@ PREVIEW_ROWS = 10
 
 
 def _preview_rows(df: DataFrame, columns: Sequence[str]) -> DataFrame:
-    """A few rows for the asset's preview (bounded: never grows with the data)."""
-    return df.select(*columns).limit(PREVIEW_ROWS)
+    """A few rows for the asset's preview (bounded: never grows with the data), the first in the order
+    of ``columns``."""
+    return first_rows(df.select(*columns), PREVIEW_ROWS, *columns)
 
 
 def _preview(rows: Sequence[Row], columns: Sequence[str]) -> MetadataValue:
@@ -207,14 +209,15 @@ def message_store(
     if has_guids:
         # A guid may be processed (status other than 5) in one message only, across every hour: hours
         # materialized out of order (a later hour before an earlier one) would break that.
-        summary_frames["twice"] = (
+        summary_frames["twice"] = first_rows(
             lake.read(session, "message_store", MESSAGE_STORE)
             .where(F.col("guid").isNotNull() & (F.col("status") != int(MessageStatus.PREVIOUSLY_RECEIVED)))
             .groupBy("guid")
             .agg(F.count("*").alias("n"), F.sort_array(F.collect_set(PARTITION_COLUMN)).alias("hours"))
             .where(F.col("n") > 1)
-            .join(stored.select("guid").distinct(), "guid", "left_semi")
-            .limit(5)
+            .join(stored.select("guid").distinct(), "guid", "left_semi"),
+            5,
+            "guid",
         )
     # Metadata and checks in one Spark job: each collect of its own costs a round trip and a planning.
     summary = collect_small(**summary_frames)
@@ -335,7 +338,7 @@ def ngsi_events(
         .count(),
         rejects=row_count(rejects),
         unaccounted=row_count(unaccounted),
-        examples=unaccounted.limit(5),
+        examples=first_rows(unaccounted, 5, "messageId"),
         preview=_preview_rows(events, preview_columns),
     )
     counts = _breakdown(summary["counts"], "timeIndexSource", "fiwareService", "_null_keys")

@@ -27,6 +27,7 @@ from ngsi_assets.ngsi.sql_config import SqlSinkConfig
 from ngsi_assets.ngsi.sql_naming import Dialect, fixed_column, quote_ident
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.sinks.sql_writer import HISTORIC, LAST_DATA, WriteJob, rows_by_table, write_dataframe
+from ngsi_assets.transforms.plans import first_rows
 from ngsi_assets.transforms.sql_sinks import (
     LAST_DATA_STATE,
     SQL_SINK_REJECTS,
@@ -45,6 +46,8 @@ GROUP = "sql_sinks"
 LAST_DATA_PRIORITY = 10
 NOT_CONFIGURED = "no SQL sink configured: set NGSI_POSTGRES_URL / NGSI_MYSQL_URL or NGSI_SQL_SINKS_CONFIG"
 CHECK_SAMPLE_KEYS = 20
+# Reject reasons listed in the metadata per dialect: the most frequent.
+MAX_REASONS = 50
 _HOUR_MS = 3_600_000
 
 
@@ -139,7 +142,8 @@ def _run_sink(
         own[f"{cfg.dialect.value}_rows_by_table"] = MetadataValue.json(rows_by_table(stats))
         own[f"{cfg.dialect.value}_rows"] = sum(s["rows"] for s in stats)
         # Counted here, beside the other dialect's jobs, rather than after both.
-        found = collect_small(reasons=rejects.groupBy("reason").count().limit(50), check=check_rows(cfg, rows))
+        reasons = first_rows(rejects.groupBy("reason").count(), MAX_REASONS, F.desc("count"), "reason")
+        found = collect_small(reasons=reasons, check=check_rows(cfg, rows))
         counted = {f"{cfg.dialect.value}: {r['reason']}": int(r["count"]) for r in found["reasons"]}
         return cfg, found["check"], stats, rejects, own, counted
 

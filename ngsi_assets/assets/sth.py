@@ -26,11 +26,14 @@ from ngsi_assets.ngsi.sth_config import Resolution, STHConfig
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.sinks.mongo_bulk import existing_collections
 from ngsi_assets.sinks.sth_mongo import ensure_aggregate_indexes, expire_documents, publish_documents
+from ngsi_assets.transforms.plans import first_rows
 from ngsi_assets.transforms.schemas import NGSI_EVENTS
 from ngsi_assets.transforms.sth import (
     ACTION_REJECT,
     DOC_COLUMNS,
+    ID_COLUMNS,
     REASON_DELETE,
+    SLOT_COLUMNS,
     STATUS_REJECTED,
     STATUS_SAMPLE,
     STATUS_SKIPPED,
@@ -334,17 +337,21 @@ def _materialize(
         checks = {
             # One row per database and action: the actions' counts and the databases written.
             "by_database_action": documents.groupBy("database", "action").count(),
-            "rejected": documents.where(F.col("action") == ACTION_REJECT)
-            .select("database", "collection", "reason")
-            .limit(EXAMPLES),
+            "rejected": first_rows(
+                documents.where(F.col("action") == ACTION_REJECT).select("database", "collection", "reason"),
+                EXAMPLES,
+                "database",
+                "collection",
+                "reason",
+            ),
             "mixed": row_count(documents.where(F.col("numeric") & F.col("text"))),
             "unaccounted": row_count(unaccounted),
-            "unaccounted_examples": unaccounted.limit(EXAMPLES),
+            "unaccounted_examples": first_rows(unaccounted, EXAMPLES, *SLOT_COLUMNS),
         }
         if both:
             mismatches = day_hour_mismatches(documents)
             checks["mismatches"] = row_count(mismatches)
-            checks["mismatch_examples"] = mismatches.limit(EXAMPLES)
+            checks["mismatch_examples"] = first_rows(mismatches, EXAMPLES, *ID_COLUMNS, "day")
         # Metadata and checks in one Spark job: each collect of its own costs a round trip and a planning.
         found = collect_small(**checks)
         by_database_action = found["by_database_action"]

@@ -60,6 +60,7 @@ from ngsi_assets.ngsi.entity_schema import (
 )
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.transforms.conversions import spark_type
+from ngsi_assets.transforms.plans import one_of
 from ngsi_assets.transforms.schemas import MESSAGE_STORE, NGSI_EVENTS
 from ngsi_assets.transforms.versioned_entities import (
     ENTITY_RECORDS,
@@ -481,7 +482,7 @@ class VersioningRun:
             writes.append(FolderWrite(new_marks, MARKS_DS, BUCKET, affected, subfolder=folder))
         if rewritten:
             assert records is not None
-            whole = versions.where(F.col(BUCKET).isin(rewritten))
+            whole = versions.where(one_of(BUCKET, rewritten))
             existing = self.table(work, fields, rewritten)
             if existing is not None:
                 untouched = existing.join(touched, GUID, "left_anti")
@@ -498,18 +499,16 @@ class VersioningRun:
                     subfolder=folder,
                     split=FileSplit(_OPEN, OPEN_PREFIX),
                 ),
-                FolderWrite(
-                    records.where(F.col(BUCKET).isin(rewritten)), RECORDS_DS, BUCKET, rewritten, subfolder=folder
-                ),
+                FolderWrite(records.where(one_of(BUCKET, rewritten)), RECORDS_DS, BUCKET, rewritten, subfolder=folder),
             ]
         batch_prefix = f"{DELTA_PREFIX}{self.batch}-"
         if appendable:
             assert on_top is not None and latest is not None and self.batch
             # The batch's versions of these buckets: the closed ones are added as its own files, and the
             # buckets' open rows are written again (the batch's keys' new ones, the others' as they were).
-            added = versions.where(F.col(BUCKET).isin(appendable))
+            added = versions.where(one_of(BUCKET, appendable))
             open_rows = added.where(F.col(VALID_TO).isNull()).unionByName(
-                latest.where(F.col(BUCKET).isin(appendable)).join(touched, GUID, "left_anti")
+                latest.where(one_of(BUCKET, appendable)).join(touched, GUID, "left_anti")
             )
             records_files = self.lake.folder_file_names(RECORDS_DS, BUCKET, appendable, subfolder=folder)
             writes += [
@@ -662,7 +661,7 @@ class VersioningRun:
                 removed += sorted({f"{prefix}{n.split('-')[1]}-" for names in chosen.values() for n in names})
             out.append(
                 FolderAdd(
-                    [*((df.where(F.col(BUCKET).isin(buckets)), p) for df, p in adds), *merged],
+                    [*((df.where(one_of(BUCKET, buckets)), p) for df, p in adds), *merged],
                     dataset,
                     BUCKET,
                     buckets,

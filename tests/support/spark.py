@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Iterator, Mapping
 
 import pytest
 from pyspark.sql import SparkSession
 
 from resources.spark import default_spark_config
+
+
+@contextlib.contextmanager
+def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[SparkSession]:
+    """``spark`` with ``settings`` (runtime SQL settings) for the block, as they were after it."""
+    before = {k: spark.conf.get(k) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield spark
+    finally:
+        for k, v in before.items():
+            spark.conf.set(k, v)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from ngsi_assets.transforms.partitioning import cluster_by
 from ngsi_assets.transforms.versioned_entities import ENTITY_RECORDS, fold_versions
+from tests.support.spark import session_settings
 
 pytestmark = pytest.mark.spark
 
@@ -24,14 +25,8 @@ _PLANNING = {"spark.sql.adaptive.enabled": "false", "spark.sql.autoBroadcastJoin
 
 @pytest.fixture
 def static_planning(spark: SparkSession) -> Iterator[SparkSession]:
-    before = {k: spark.conf.get(k) for k in _PLANNING}
-    for k, v in _PLANNING.items():
-        spark.conf.set(k, v)
-    try:
-        yield spark
-    finally:
-        for k, v in before.items():
-            spark.conf.set(k, v)
+    with session_settings(spark, _PLANNING) as session:
+        yield session
 
 
 def physical_plan(df: DataFrame) -> str:
