@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dagster import Definitions, in_process_executor
+from dagster import Definitions
 
 from ngsi_assets import settings
 from ngsi_assets.assets.ingest import message_store, ngsi_events
@@ -12,6 +12,7 @@ from ngsi_assets.assets.sth import sth_aggregates
 from ngsi_assets.assets.transaction_history import transaction_history
 from ngsi_assets.assets.versioned_entities import versioned_entities
 from ngsi_assets.compaction import last_data_compaction_job, last_data_compaction_schedule
+from ngsi_assets.executor import side_by_side_executor
 from ngsi_assets.sensors import (
     DERIVED_LANE,
     INGEST_LANE,
@@ -71,7 +72,8 @@ def build_definitions(resources: dict[str, object] | None = None) -> Definitions
         resources=build_resources() if resources is None else resources,
         # Every Spark asset of a run shares one process, hence one Spark session (starting one costs
         # several seconds); a backfill over many hours is one run (BackfillPolicy.single_run).
-        executor=in_process_executor,
+        # Independent steps may run side by side in threads (NGSI_STEPS_SIDE_BY_SIDE; see executor.py).
+        executor=side_by_side_executor,
     )
 
 

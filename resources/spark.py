@@ -14,6 +14,7 @@ import logging
 import os
 import secrets
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -209,6 +210,10 @@ def _closed_session(exc: Exception) -> bool:
     return "SESSION_CLOSED" in text or "SESSION_CHANGED" in text or "INVALID_HANDLE" in text
 
 
+# Steps of a run side by side (ngsi_assets.executor) may ask for the session at once: one creates it.
+_SESSION_LOCK = threading.Lock()
+
+
 class PlatformSparkResource(LazyPySparkResource):
     """dagster-pyspark's lazy session; through Spark Connect, on the session the period's runs share.
 
@@ -229,6 +234,10 @@ class PlatformSparkResource(LazyPySparkResource):
         self._pool = pool_for_tags(self.pools_by_tag, run.tags if run is not None else {})
 
     def _init_session(self) -> None:
+        with _SESSION_LOCK:
+            self._init_session_once()
+
+    def _init_session_once(self) -> None:
         if self._spark_session is not None:
             return
         remote = self.spark_config.get("spark.remote")
