@@ -7,7 +7,10 @@ The jobs run through ``execute_job`` (``execute_in_process`` would replace any j
 Dagster's in-process one). Two steps meet at a ``threading.Barrier``, which only steps running at
 the same time can pass: no test here depends on how long anything takes."""
 
+import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +19,7 @@ from dagster import (
     AssetExecutionContext,
     DagsterEventType,
     DagsterInstance,
+    DagsterRunStatus,
     Definitions,
     asset,
     build_reconstructable_job,
@@ -27,6 +31,7 @@ from ngsi_assets.executor import SideBySideExecutor, side_by_side_executor
 
 # Set per test; read by the assets, which run in this process (the executor's threads).
 _BARRIER: threading.Barrier | None = None
+_HOLD: threading.Event | None = None  # set: steps go on; unset: they wait for it
 _FAIL: set[str] = set()
 _RUNNING = {"now": 0, "most": 0}
 _LOCK = threading.Lock()
@@ -42,6 +47,8 @@ def _step(name: str) -> str:
             raise RuntimeError(f"{name} fails on purpose")
         if _BARRIER is not None and name in ("left", "right"):
             _BARRIER.wait(timeout=_WAIT_S)
+        if _HOLD is not None:
+            _HOLD.wait(timeout=_WAIT_S)
         return name
     finally:
         with _LOCK:
@@ -76,12 +83,13 @@ def toy_job(max_concurrent: int | None):  # noqa: ANN201 (a JobDefinition; modul
 
 @pytest.fixture
 def instance(tmp_path: Path) -> Iterator[DagsterInstance]:
-    global _BARRIER
+    global _BARRIER, _HOLD
     _FAIL.clear()
     _RUNNING.update(now=0, most=0)
     with DagsterInstance.local_temp(str(tmp_path)) as inst:
         yield inst
     _BARRIER = None
+    _HOLD = None
 
 
 def _run(instance: DagsterInstance, max_concurrent: int | None):  # noqa: ANN202
@@ -168,3 +176,32 @@ def test_the_platform_jobs_run_on_it() -> None:
 
     for name in ("ngsi_ingest_job", "ngsi_increment_job", "ngsi_derived_job"):
         assert defs.resolve_job_def(name).executor_def.name == "in_process_side_by_side"
+
+
+def test_an_interrupt_ends_the_run_while_its_steps_run(instance: DagsterInstance) -> None:
+    """A run told to stop (cancelled, or its process signalled) while steps run in their threads: the
+    main thread stops the run, which ends as failed, and nothing after the running steps starts."""
+    global _HOLD
+    _HOLD = threading.Event()
+
+    def interrupt_once_both_run() -> None:
+        assert _HOLD is not None
+        while _RUNNING["now"] < 2:
+            if _HOLD.wait(0.05):  # the run ended first: no signal outside it
+                return
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_both_run, daemon=True).start()
+    try:
+        result = _run(instance, 2)
+    finally:
+        _HOLD.set()
+        # The steps' threads outlive the run here (a run's process would end): let them finish first.
+        for _ in range(600):
+            if _RUNNING["now"] == 0:
+                break
+            time.sleep(0.05)
+    assert not result.success
+    assert "after" not in _steps_with(result, DagsterEventType.STEP_START)
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None and run.status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
