@@ -12,13 +12,12 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 from pyspark import StorageLevel
-from pyspark.sql import functions as F
 
 from ngsi_assets.assets.ingest import events_of_run, ngsi_events
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.sinks.mongo_raw import write_raw
 from ngsi_assets.transforms.mongo_raw import MONGO_RAW_REJECTS, classify_raw, raw_rejects, raw_rows
-from ngsi_assets.transforms.plans import first_rows
+from ngsi_assets.transforms.plans import most_frequent
 from resources.lake import LakeResource
 from resources.mongo import MongoResource
 from resources.mongo_raw import ENABLED_ENV, MongoRawSinkResource
@@ -83,7 +82,7 @@ def mongo_raw(
             stored_rejects = lake.read_increment(session, REJECTS, MONGO_RAW_REJECTS, hour, inc.id)
         rows = raw_rows(classified, config).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            reasons = first_rows(stored_rejects.groupBy("reason").count(), 50, F.desc("count"), "reason")
+            reasons = most_frequent(stored_rejects, "reason", 50)
             found = collect_small(reasons=reasons, shaped=row_count(rows))
             by_reason = {r["reason"]: int(r["count"]) for r in found["reasons"]}
             shaped = found["shaped"][0]["n"]

@@ -27,7 +27,7 @@ from ngsi_assets.ngsi.sql_config import SqlSinkConfig
 from ngsi_assets.ngsi.sql_naming import Dialect, fixed_column, quote_ident
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.sinks.sql_writer import HISTORIC, LAST_DATA, WriteJob, rows_by_table, write_dataframe
-from ngsi_assets.transforms.plans import first_rows
+from ngsi_assets.transforms.plans import most_frequent
 from ngsi_assets.transforms.sql_sinks import (
     LAST_DATA_STATE,
     SQL_SINK_REJECTS,
@@ -142,7 +142,7 @@ def _run_sink(
         own[f"{cfg.dialect.value}_rows_by_table"] = MetadataValue.json(rows_by_table(stats))
         own[f"{cfg.dialect.value}_rows"] = sum(s["rows"] for s in stats)
         # Counted here, beside the other dialect's jobs, rather than after both.
-        reasons = first_rows(rejects.groupBy("reason").count(), MAX_REASONS, F.desc("count"), "reason")
+        reasons = most_frequent(rejects, "reason", MAX_REASONS)
         found = collect_small(reasons=reasons, check=check_rows(cfg, rows))
         counted = {f"{cfg.dialect.value}: {r['reason']}": int(r["count"]) for r in found["reasons"]}
         return cfg, found["check"], stats, rejects, own, counted

@@ -40,3 +40,8 @@ def first_rows(df: DataFrame, n: int, *order: Column | str) -> DataFrame:
     if not order:
         raise ValueError("first_rows needs an order (a limit without one is the case it avoids)")
     return df.orderBy(*order).limit(n)
+
+
+def most_frequent(df: DataFrame, column: str, n: int) -> DataFrame:
+    """The ``n`` most frequent values of ``column`` with their ``count`` (ties by value), as ``first_rows``."""
+    return first_rows(df.groupBy(column).count(), n, F.desc("count"), column)

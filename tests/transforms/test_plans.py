@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from ngsi_assets.transforms.plans import first_rows, one_of
+from ngsi_assets.transforms.plans import first_rows, most_frequent, one_of
 from tests.support.spark import session_settings
 
 pytestmark = pytest.mark.spark
@@ -95,3 +95,9 @@ def test_first_rows_inside_a_plan_compiles_one_class_for_every_query(static_plan
     assert _same_code(with_examples(lambda d: first_rows(d, 3, "x")))
     # What it avoids: a limit inside a plan names its counter from a count global to the server.
     assert not _same_code(with_examples(lambda d: d.limit(3)))
+
+
+def test_most_frequent_values_first_ties_by_value(spark: SparkSession) -> None:
+    df = spark.createDataFrame([("b",), ("a",), ("c",), ("b",), ("a",), ("d",)], "reason string")
+    got = [(r["reason"], r["count"]) for r in most_frequent(df, "reason", 3).collect()]
+    assert got == [("a", 2), ("b", 2), ("c", 1)]
