@@ -87,6 +87,18 @@ def jit_options(default: str = RUN_DRIVER_JIT) -> tuple[str, ...]:
     return JIT_OPTIONS[mode]
 
 
+# Local lakes (file: paths). Hadoop's default file system for them writes a ``.crc`` side file beside
+# every file and, with no native Hadoop library (pyspark ships none), forks a ``chmod`` process for
+# every file and folder it creates: three forks per file of a partitioned write, the side file's
+# included (BENCHMARKS.md, "Files written by Spark"). The raw one writes no side file and reads none.
+# Parquet's own page checksums, which Spark writes by default, are verified on read instead, so a
+# damaged page still fails the read rather than giving other values.
+LOCAL_FILES = {
+    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+    "spark.hadoop.parquet.page.verify-checksum.enabled": "true",
+}
+
+
 def driver_config(
     driver_memory: str | None = None, *, ui: bool | None = None, jit_default: str = RUN_DRIVER_JIT
 ) -> dict[str, str]:
@@ -101,6 +113,7 @@ def driver_config(
         # the next run (measured: an increment 11.3 -> 9.3 s through a warm Connect server).
         "spark.sql.codegen.cache.maxEntries": "4000",
         "spark.driver.extraJavaOptions": " ".join(("-Dlog4j2.level=WARN", *jit)),
+        **LOCAL_FILES,
     }
     if jit:
         # On a cluster the driver's executors live as long as it does: the same mode. As the defaults
