@@ -256,6 +256,14 @@ class LakeFiles:
         """The size of every file under ``uri`` (0 when it does not exist)."""
         return sum(f.size or 0 for f in self._children(uri, recursive=True) if f.type == pafs.FileType.File)
 
+    def list_folders(self, uri: str) -> list[str]:
+        """The names of the folders directly under ``uri`` that hold data (not ``_``- or ``.``-named)."""
+        return sorted(
+            info.base_name
+            for info in self._children(uri)
+            if info.type == pafs.FileType.Directory and not info.base_name.startswith(("_", "."))
+        )
+
     def list_partition_values(self, uri: str, column: str = PARTITION_COLUMN) -> list[str]:
         prefix = column + "="
         return [
@@ -757,6 +765,11 @@ class LakeResource(ConfigurableResource):
         if subfolder and ("/" in subfolder or subfolder.startswith((".", "_")) or "=" in subfolder):
             raise ValueError(f"bad subfolder name {subfolder!r}")
         return self.dataset_uri(dataset) + (f"/{subfolder}" if subfolder else "")
+
+    def subfolders(self, dataset: str) -> list[str]:
+        """The subfolders of a multi-table dataset (one per table), sorted."""
+        self.recover(dataset)
+        return self.files().list_folders(self.dataset_uri(dataset))
 
     def folder_values(self, dataset: str, column: str, subfolder: str = "") -> list[str]:
         """The values of the ``column=value`` folders of a dataset or subfolder, sorted."""

@@ -20,6 +20,7 @@ rows again, rather than rewriting the bucket (``OPEN_PREFIX``, ``DELTA_PREFIX``,
 """
 
 import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -125,6 +126,48 @@ _OPEN = "_open"
 INDEX = StructType([StructField("entity", StringType(), False), StructField(BUCKET, IntegerType(), False)])
 
 Fields = dict[str, FieldDef | None]  # a table's business fields; None: text of a default NGSI entity
+# The bucket count the lake's entity tables were written with (``check_bucket_count``).
+BUCKETS_FILE = "_buckets.json"
+
+
+class BucketCountChanged(ValueError):
+    """NGSI_ENTITY_BUCKETS is not the count the lake's entity tables were written with."""
+
+
+def check_bucket_count(lake: LakeResource, buckets: int) -> None:
+    """Refuse to fold with another bucket count than the lake's entity tables were written with.
+
+    A key's bucket is its guid's hash modulo the count: with another count its new rows would go to
+    another bucket than its stored ones, and the key would have two open rows in two buckets. The
+    count is kept in ``versioned_entities/_buckets.json``, written by the first run. A lake written
+    before that file gets it now, unless some entity already has a bucket folder the count cannot
+    have made (``bucket=N``, N >= the count). What this cannot see: a lake written with more buckets
+    whose every key fell below the new count (only possible with a handful of keys).
+    """
+    text = lake.read_dataset_file(VERSIONS_DS, BUCKETS_FILE)
+    rebuild = '; set it back, or rebuild the entity tables with the new count (README, "Storage and cost")'
+    if text is not None:
+        stored = int(json.loads(text)["buckets"])
+        if stored != buckets:
+            raise BucketCountChanged(
+                f"NGSI_ENTITY_BUCKETS is {buckets}, but the lake's versioned entities were written with "
+                f"{stored} buckets{rebuild}"
+            )
+        return
+    highest = max(
+        (
+            (int(v), folder)
+            for folder in lake.subfolders(VERSIONS_DS)
+            for v in lake.folder_values(VERSIONS_DS, BUCKET, folder)
+        ),
+        default=None,
+    )
+    if highest is not None and highest[0] >= buckets:
+        raise BucketCountChanged(
+            f"NGSI_ENTITY_BUCKETS is {buckets}, but the lake's versioned entities were written with more "
+            f"buckets (versioned_entities/{highest[1]}/bucket={highest[0]} exists){rebuild}"
+        )
+    lake.write_dataset_file(VERSIONS_DS, BUCKETS_FILE, json.dumps({"buckets": buckets}))
 
 
 class BucketStats(NamedTuple):
@@ -721,6 +764,7 @@ class VersioningRun:
     def run(self, messages: DataFrame, events: DataFrame) -> RunOutput:
         """Process the run's hours; returns each entity's outcome, the message log written and its
         messages per status."""
+        check_bucket_count(self.lake, self.buckets)
         self._persisted: list[DataFrame] = []
         self._new_records: list[DataFrame] = []
         self._index_rows: list[DataFrame] = []
