@@ -147,7 +147,13 @@ def check_bucket_count(lake: LakeResource, buckets: int) -> None:
     text = lake.read_dataset_file(VERSIONS_DS, BUCKETS_FILE)
     rebuild = '; set it back, or rebuild the entity tables with the new count (README, "Storage and cost")'
     if text is not None:
-        stored = int(json.loads(text)["buckets"])
+        try:
+            stored = int(json.loads(text)["buckets"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(
+                f"versioned_entities/{BUCKETS_FILE} does not hold a bucket count ({text[:80]!r}): it should be "
+                '{"buckets": N}, N the count the entity tables were written with'
+            ) from exc
         if stored != buckets:
             raise BucketCountChanged(
                 f"NGSI_ENTITY_BUCKETS is {buckets}, but the lake's versioned entities were written with "

@@ -54,6 +54,14 @@ def test_a_lake_from_before_the_file_is_checked_against_its_folders(tmp_path: Pa
     assert _stored(tmp_path) == {"buckets": 64}
 
 
+@pytest.mark.parametrize("text", ["oops", "[]", '{"count": 4}', '{"buckets": "four"}'])
+def test_an_unreadable_count_file_is_refused_by_name(tmp_path: Path, text: str) -> None:
+    (tmp_path / VERSIONS_DS).mkdir()
+    (tmp_path / VERSIONS_DS / BUCKETS_FILE).write_text(text)
+    with pytest.raises(ValueError, match=r"versioned_entities/_buckets.json does not hold a bucket count"):
+        check_bucket_count(LakeResource(root=str(tmp_path)), 4)
+
+
 @pytest.mark.spark
 def test_a_run_with_another_count_fails_before_it_writes(spark: SparkSession, tmp_path: Path) -> None:
     lake = LakeResource(root=str(tmp_path / "lake"))
