@@ -57,6 +57,13 @@ def _alive_workers(webui_port: int) -> int:
         return int(json.load(resp).get("aliveworkers", 0))
 
 
+def _master_url(webui_port: int) -> str:
+    """The URL the master serves: Spark moves to the next port when the one asked for is taken
+    (``spark.port.maxRetries``), so workers pointed at the one asked for may never register."""
+    with urllib.request.urlopen(f"http://{HOST}:{webui_port}/json/", timeout=2) as resp:
+        return str(json.load(resp)["url"])
+
+
 def start_standalone_cluster(workers: int = WORKERS, memory: str = WORKER_MEMORY) -> StandaloneCluster:
     """A master and ``workers`` workers of one core each; ready once the master counts them all alive."""
     webui = free_port()
@@ -67,7 +74,7 @@ def start_standalone_cluster(workers: int = WORKERS, memory: str = WORKER_MEMORY
         return _ready_or_stop(server, lambda: _alive_workers(webui))
 
     master = _start_with_port_retries(start_master)
-    url = f"spark://{HOST}:{master.port}"
+    url = _master_url(webui)
     started: list[ServerProcess] = []
     try:
         for i in range(workers):
