@@ -52,16 +52,14 @@ class StandaloneCluster:
         self.master.stop()
 
 
+def _master_state(webui_port: int) -> dict:
+    """The master's state as its web UI gives it (``/json/``)."""
+    with urllib.request.urlopen(f"http://{HOST}:{webui_port}/json/", timeout=2) as resp:
+        return json.load(resp)
+
+
 def _alive_workers(webui_port: int) -> int:
-    with urllib.request.urlopen(f"http://{HOST}:{webui_port}/json/", timeout=2) as resp:
-        return int(json.load(resp).get("aliveworkers", 0))
-
-
-def _master_url(webui_port: int) -> str:
-    """The URL the master serves: Spark moves to the next port when the one asked for is taken
-    (``spark.port.maxRetries``), so workers pointed at the one asked for may never register."""
-    with urllib.request.urlopen(f"http://{HOST}:{webui_port}/json/", timeout=2) as resp:
-        return str(json.load(resp)["url"])
+    return int(_master_state(webui_port).get("aliveworkers", 0))
 
 
 def start_standalone_cluster(workers: int = WORKERS, memory: str = WORKER_MEMORY) -> StandaloneCluster:
@@ -74,7 +72,9 @@ def start_standalone_cluster(workers: int = WORKERS, memory: str = WORKER_MEMORY
         return _ready_or_stop(server, lambda: _alive_workers(webui))
 
     master = _start_with_port_retries(start_master)
-    url = _master_url(webui)
+    # The URL the master serves: Spark moves to the next port when the one asked for is taken
+    # (``spark.port.maxRetries``), and workers pointed at the one asked for never register.
+    url = str(_master_state(webui)["url"])
     started: list[ServerProcess] = []
     try:
         for i in range(workers):
