@@ -217,6 +217,15 @@ def _run_spark(args: argparse.Namespace) -> int:
     if args.server == "connect-server":
         cmd = s.connect_server_command(args.port, host=args.host, master=args.master, driver_memory=args.driver_memory)
     elif args.server == "master":
+        taken = s.master_port_taken(args.host, args.port)
+        if taken:
+            print(
+                f"ngsi-assets spark master: {taken}; Spark would move the master to another port, where the workers "
+                f"and drivers told spark://{args.host}:{args.port} would not find it. Stop what listens there, or "
+                "choose another --port.",
+                file=sys.stderr,
+            )
+            return 2
         cmd = s.master_command(args.host, args.port, args.webui_port)
     else:
         cmd = s.worker_command(

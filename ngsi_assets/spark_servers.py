@@ -14,6 +14,7 @@ platform's code is in the README ("Running on a Spark cluster or Spark Connect")
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -108,6 +109,23 @@ def master_command(host: str = "127.0.0.1", port: int = 7077, webui_port: int = 
         "--webui-port",
         str(webui_port),
     ]
+
+
+def master_port_taken(host: str, port: int) -> str | None:
+    """Why a master could not have ``host:port``, or None when it is free.
+
+    A standalone master whose port is taken does not fail: Spark binds the next free one
+    (``spark.port.maxRetries``, 16 by default), and workers and drivers told ``spark://host:port`` find
+    nothing there, or another master. ``ngsi-assets spark master`` refuses to start instead. The probe
+    binds as the master does (``SO_REUSEADDR``), so a port left in TIME_WAIT by a stopped master is free.
+    """
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return f"{host}:{port} is not free ({exc.strerror or exc})"
+    return None
 
 
 def worker_command(
