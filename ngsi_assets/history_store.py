@@ -5,8 +5,9 @@ Layout, per space (``<folder>`` = ``entity_folder(space)``):
 - ``transaction_history/<folder>/txn=N/``: the history rows of the space's N-th transaction (HISTORY);
 - ``transaction_log/<folder>/<N, 12 digits>.json``: the transaction record; its presence commits txn N;
 - ``transaction_head/<folder>/bucket=B/``: the newest row of every feature (HEAD), by versioned bucket;
-- ``transaction_head/<folder>/_state.json``: the transaction HEAD reflects, and the signature of every
-  versioned-entities bucket it has compared (so a transaction reads only the buckets that changed);
+- ``transaction_head/<folder>/_state.json``: the transaction HEAD reflects, the signature of every
+  versioned-entities bucket it has compared (so a transaction reads only the buckets that changed),
+  and the bucket count HEAD's buckets follow (the versioned entities', ``_follow_bucket_count``);
 - ``transaction_tags/<folder>.json``: the space's tags (name -> tnx).
 
 A transaction writes its history rows, then its record (the commit point), then HEAD and the state.
@@ -63,16 +64,16 @@ from ngsi_assets.transforms.transaction_history import (
     sorted_for_numbering,
     transaction_faults,
 )
-from ngsi_assets.transforms.versioned_entities import OPEN_PREFIX
+from ngsi_assets.transforms.versioned_entities import OPEN_PREFIX, bucket_column
 from resources.history import DEFAULT_SCHEMA
 from resources.lake import LakeResource
 from resources.parallel import DEFAULT_WORKERS, results, side_by_side
+from resources.versioning import VERSIONS_DS, stored_bucket_count
 
 HISTORY_DS = "transaction_history"
 LOG_DS = "transaction_log"
 HEAD_DS = "transaction_head"
 TAGS_DS = "transaction_tags"
-VERSIONS_DS = "versioned_entities"
 STATE_FILE = "_state.json"
 # Versioned-entities Parquet bytes per numbering partition of a space's first transaction (about
 # ROWS_PER_PART versions).
@@ -142,6 +143,7 @@ class _Compared:
     head: DataFrame  # HEAD's rows of the changed buckets before the transaction
     current: DataFrame  # the features of the changed buckets now (CURRENT)
     expected: int  # about how many rows (sizes the numbering's partitions)
+    buckets: int | None  # the versioned entities' bucket count, which HEAD's buckets follow
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,7 @@ class _Staged:
     head: DataFrame  # HEAD's rows of the changed buckets before the transaction
     rows: DataFrame  # the transaction's rows as written
     verification: Verification
+    buckets: int | None
 
 
 class HistoryError(ValueError):
@@ -285,7 +288,7 @@ class HistoryStore:
         finally:
             rows.unpersist()
         # The signatures are dropped: the buckets are compared again (and found unchanged).
-        self._write_state(folder, {"head_txn": committed, "signatures": {}})
+        self._write_state(folder, {**state, "head_txn": committed, "signatures": {}})
 
     def record(
         self,
@@ -356,7 +359,7 @@ class HistoryStore:
         unfinished transaction of the space first."""
         folder = entity_folder(space)
         self.recover(folder)
-        state = self._read_state(folder)
+        state = self._follow_bucket_count(folder, self._read_state(folder))
         seen: dict[str, str] = state["signatures"]
         now_sigs = self.fs.file_signatures(self.lake.folder_uri(VERSIONS_DS, folder), BUCKET)
         changed_buckets = sorted(
@@ -377,7 +380,34 @@ class HistoryStore:
             expected = latest.last_i - latest.first_i + 1
         else:
             expected = self.fs.tree_bytes(self.lake.folder_uri(VERSIONS_DS, folder)) * ROWS_PER_PART // FIRST_PART_BYTES
-        return _Compared(space, folder, latest, changed_buckets, now_sigs, head, current, expected)
+        return _Compared(
+            space, folder, latest, changed_buckets, now_sigs, head, current, expected, state.get("buckets")
+        )
+
+    def _follow_bucket_count(self, folder: str, state: dict[str, Any]) -> dict[str, Any]:
+        """The space's state, after HEAD's rows were moved to the buckets of the versioned entities' count.
+
+        HEAD is stored by versioned bucket, and a transaction reads HEAD's buckets of the same numbers
+        as the versioned buckets that changed. After the entity tables are rebuilt with another count
+        (README, "Storage and cost"), HEAD's rows sit in their old buckets: compared as they are, every
+        key whose bucket number changed would look created. So when the count the state names is not
+        the tables' (or a state from before it was kept names none), HEAD's rows are checked, moved to
+        their buckets if any is elsewhere (one rewrite of HEAD, one row per key), and every bucket is
+        compared again. Safe to interrupt: the state names the count only once HEAD follows it.
+        """
+        count = stored_bucket_count(self.lake)
+        if count is None or state.get("buckets") == count:
+            return state
+        head = self._head(folder, None)
+        placed = bucket_column(F.col("guid"), count)
+        if not head.where(F.col(BUCKET) != placed).isEmpty():
+            old = [int(v) for v in self.lake.folder_values(HEAD_DS, BUCKET, folder)]
+            moved = head.withColumn(BUCKET, placed)
+            self.lake.replace_folders(moved, HEAD_DS, BUCKET, sorted({*old, *range(count)}), subfolder=folder)
+            state = {**state, "signatures": {}}
+        state = {**state, "buckets": count}
+        self._write_state(folder, state)
+        return state
 
     def _stage_transactions(self, compared: Sequence[_Compared], messages: DataFrame, now: datetime) -> list[_Staged]:
         """The compared spaces' changes found and counted (one job), numbered and written as each space's
@@ -407,7 +437,10 @@ class HistoryStore:
             numbering: dict[int, Numbering] = {}
             for n, c in enumerate(compared):
                 if not counts[n]:
-                    self._write_state(c.folder, {"head_txn": c.latest.txn if c.latest else 0, "signatures": c.now_sigs})
+                    self._write_state(
+                        c.folder,
+                        {"head_txn": c.latest.txn if c.latest else 0, "signatures": c.now_sigs, "buckets": c.buckets},
+                    )
                     continue
                 # The wall clock went back: keep tnx non-decreasing.
                 ts = max(now, c.latest.ts) if c.latest is not None else now
@@ -446,6 +479,7 @@ class HistoryStore:
                 compared[n].head,
                 written[n],
                 verification,
+                compared[n].buckets,
             )
             for (n, num), verification in zip(numbering.items(), verifications, strict=True)
         ]
@@ -541,7 +575,7 @@ class HistoryStore:
             moved, HEAD_DS, BUCKET, [(st.folder, st.changed_buckets) for st in staged], by=SPACE_N
         )
         for st in staged:
-            self._write_state(st.folder, {"head_txn": st.txn, "signatures": st.now_sigs})
+            self._write_state(st.folder, {"head_txn": st.txn, "signatures": st.now_sigs, "buckets": st.buckets})
 
     def verification(self, space: str, txn: int) -> Verification | None:
         """What ``record`` found wrong in the rows of transaction ``txn`` of ``space`` (this store's only)."""

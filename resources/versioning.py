@@ -2,10 +2,32 @@
 
 from __future__ import annotations
 
+import json
+
 from dagster import ConfigurableResource
 from pydantic import Field
 
 from ngsi_assets.ngsi.entity_schema import EntitySchema, load_schema
+from resources.lake import LakeResource
+
+VERSIONS_DS = "versioned_entities"
+# The bucket count the lake's entity tables were written with, written by their first fold.
+BUCKETS_FILE = "_buckets.json"
+
+
+def stored_bucket_count(lake: LakeResource) -> int | None:
+    """The bucket count the lake's versioned entities were written with, or None before their first fold
+    (and in a lake written before the count was kept). ValueError naming the file if it is unreadable."""
+    text = lake.read_dataset_file(VERSIONS_DS, BUCKETS_FILE)
+    if text is None:
+        return None
+    try:
+        return int(json.loads(text)["buckets"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{VERSIONS_DS}/{BUCKETS_FILE} does not hold a bucket count ({text[:80]!r}): it should be "
+            '{"buckets": N}, N the count the entity tables were written with'
+        ) from exc
 
 
 class VersioningResource(ConfigurableResource):

@@ -101,10 +101,9 @@ from ngsi_assets.transforms.versioned_entities import (
 from resources.lake import PARTITION_COLUMN, FileSplit, FolderAdd, FolderWrite, LakeResource, key_to_dt
 from resources.parallel import DEFAULT_WORKERS, results, side_by_side
 from resources.spark import collect_small
-from resources.versioning import VersioningResource
+from resources.versioning import BUCKETS_FILE, VERSIONS_DS, VersioningResource, stored_bucket_count
 
 GROUP = "entities"
-VERSIONS_DS = "versioned_entities"
 RECORDS_DS = "entity_records"
 REFRESHES_DS = "entity_refreshes"
 EXPORTS_DS = "entity_exports"
@@ -126,8 +125,6 @@ _OPEN = "_open"
 INDEX = StructType([StructField("entity", StringType(), False), StructField(BUCKET, IntegerType(), False)])
 
 Fields = dict[str, FieldDef | None]  # a table's business fields; None: text of a default NGSI entity
-# The bucket count the lake's entity tables were written with (``check_bucket_count``).
-BUCKETS_FILE = "_buckets.json"
 
 
 class BucketCountChanged(ValueError):
@@ -144,16 +141,9 @@ def check_bucket_count(lake: LakeResource, buckets: int) -> None:
     have made (``bucket=N``, N >= the count). What this cannot see: a lake written with more buckets
     whose every key fell below the new count (only possible with a handful of keys).
     """
-    text = lake.read_dataset_file(VERSIONS_DS, BUCKETS_FILE)
+    stored = stored_bucket_count(lake)
     rebuild = '; set it back, or rebuild the entity tables with the new count (README, "Storage and cost")'
-    if text is not None:
-        try:
-            stored = int(json.loads(text)["buckets"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(
-                f"versioned_entities/{BUCKETS_FILE} does not hold a bucket count ({text[:80]!r}): it should be "
-                '{"buckets": N}, N the count the entity tables were written with'
-            ) from exc
+    if stored is not None:
         if stored != buckets:
             raise BucketCountChanged(
                 f"NGSI_ENTITY_BUCKETS is {buckets}, but the lake's versioned entities were written with "
