@@ -26,9 +26,12 @@ def entity_schema_path() -> str | None:
     return os.environ.get("NGSI_ENTITY_SCHEMA") or None
 
 
-def entity_buckets() -> int:
-    """NGSI_ENTITY_BUCKETS, default 64: hash buckets per versioned entity."""
-    value = os.environ.get("NGSI_ENTITY_BUCKETS", "64")
+def entity_buckets() -> int | None:
+    """NGSI_ENTITY_BUCKETS: hash buckets per versioned entity; None when unset (the lake's own count,
+    64 for a new lake: ``VersioningResource.bucket_count``)."""
+    value = os.environ.get("NGSI_ENTITY_BUCKETS", "").strip()
+    if not value:
+        return None
     try:
         return int(value)
     except ValueError:

@@ -973,7 +973,7 @@ def versioned_entities(
         session,
         lake,
         schema,
-        versioning.buckets,
+        versioning.bucket_count(lake),
         keys,
         new_only=bool(context.run.tags.get(NEW_INCREMENTS_TAG)),
         workers=side_by_side_width(context.run.tags),

@@ -15,8 +15,10 @@ from ngsi_assets.assets.versioned_entities import (
     check_bucket_count,
 )
 from ngsi_assets.ngsi.entity_schema import entity_folder, parse_schema
+from ngsi_assets.settings import entity_buckets
 from resources.lake import LakeResource
-from tests.assets.versioning_support import Msg, process, store_messages, table_rows
+from resources.versioning import DEFAULT_BUCKETS, VersioningResource
+from tests.assets.versioning_support import Msg, materialize_versioned, process, store_messages, table_rows
 
 SCHEMA = parse_schema(
     {
@@ -78,3 +80,43 @@ def test_a_run_with_another_count_fails_before_it_writes(spark: SparkSession, tm
     assert table_rows(spark, lake, "item", ["code", "qty"]) == before
     process(spark, lake, SCHEMA, [hour], buckets=4)
     assert table_rows(spark, lake, "item", ["code", "qty"]) == [("a", 1), ("a", 5), ("b", 2)]
+
+
+def test_an_unset_count_is_the_lakes_own_and_64_for_a_new_lake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for value, expected in (("", None), ("  ", None), ("8", 8)):
+        monkeypatch.setenv("NGSI_ENTITY_BUCKETS", value)
+        assert entity_buckets() == expected
+    monkeypatch.delenv("NGSI_ENTITY_BUCKETS")
+    assert entity_buckets() is None
+    monkeypatch.setenv("NGSI_ENTITY_BUCKETS", "eight")
+    with pytest.raises(ValueError, match="NGSI_ENTITY_BUCKETS must be an integer, not 'eight'"):
+        entity_buckets()
+
+    lake = LakeResource(root=str(tmp_path))
+    assert VersioningResource().bucket_count(lake) == DEFAULT_BUCKETS == 64
+    check_bucket_count(lake, 8)  # what the first fold of a lake with NGSI_ENTITY_BUCKETS=8 writes
+    assert VersioningResource().bucket_count(lake) == 8
+    assert VersioningResource(buckets=16).bucket_count(lake) == 16  # set: as set (the fold refuses it)
+
+
+@pytest.mark.spark
+def test_a_run_without_a_count_folds_with_the_lakes(spark: SparkSession, tmp_path: Path) -> None:
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    schema_file = tmp_path / "schema.yaml"
+    schema_file.write_text(
+        "entities:\n  item:\n    fields:\n      code: {type: text, key: true}\n      qty: {type: integer}\n"
+        "sourceSystems:\n  hub:\n    mappings:\n      item: [{reference: item}]\n"
+    )
+    codes = [{"code": c, "qty": n} for n, c in enumerate("abcdefgh")]
+    first = [Msg("m1", "item", "2019-06-05T10:00:00", codes, source="hub")]
+    [hour] = store_messages(spark, lake, first)
+    process(spark, lake, SCHEMA, [hour], buckets=2)
+
+    later = Msg("m2", "item", "2019-06-05T11:00:00", [{"code": "a", "qty": 9}], "2026-03-01-11:00", source="hub")
+    [_, next_hour] = store_messages(spark, lake, [*first, later])
+    result = materialize_versioned(lake.root, [next_hour], str(schema_file), buckets=None)
+    assert result.success
+    assert _stored(tmp_path / "lake") == {"buckets": 2}
+    folders = {p.name for p in (tmp_path / "lake" / VERSIONS_DS / entity_folder("item")).glob("bucket=*")}
+    assert folders <= {"bucket=0", "bucket=1"}
+    assert ("a", 9) in table_rows(spark, lake, "item", ["code", "qty"])

@@ -99,12 +99,15 @@ def schema_of(doc: dict[str, Any]) -> EntitySchema:
     return parse_schema(doc)
 
 
-def materialize_versioned(lake_root: str, hours: list[str], schema_path: str | None = None) -> Any:
-    """Materialize the asset itself through Dagster (checks and metadata)."""
+def materialize_versioned(
+    lake_root: str, hours: list[str], schema_path: str | None = None, buckets: int | None = 4
+) -> Any:
+    """Materialize the asset itself through Dagster (checks and metadata); ``buckets`` None as with
+    NGSI_ENTITY_BUCKETS unset."""
     resources = {
         "spark": LazyPySparkResource(spark_config=default_spark_config("local[2]", shuffle_partitions=4, ui=False)),
         "lake": LakeResource(root=lake_root),
-        "versioning": VersioningResource(schema_path=schema_path, buckets=4),
+        "versioning": VersioningResource(schema_path=schema_path, buckets=buckets),
     }
     from dagster import PartitionKeyRange
 
