@@ -398,6 +398,9 @@ class HistoryStore:
         count = stored_bucket_count(self.lake)
         if count is None or state.get("buckets") == count:
             return state
+        if not state["head_txn"] and not state["signatures"]:
+            # Nothing recorded yet (HEAD holds only committed rows): its first transaction keeps the count.
+            return {**state, "buckets": count}
         head = self._head(folder, None)
         placed = bucket_column(F.col("guid"), count)
         if not head.where(F.col(BUCKET) != placed).isEmpty():
