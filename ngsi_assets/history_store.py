@@ -143,7 +143,6 @@ class _Compared:
     head: DataFrame  # HEAD's rows of the changed buckets before the transaction
     current: DataFrame  # the features of the changed buckets now (CURRENT)
     expected: int  # about how many rows (sizes the numbering's partitions)
-    buckets: int | None  # the versioned entities' bucket count, which HEAD's buckets follow
 
 
 @dataclass(frozen=True)
@@ -163,7 +162,6 @@ class _Staged:
     head: DataFrame  # HEAD's rows of the changed buckets before the transaction
     rows: DataFrame  # the transaction's rows as written
     verification: Verification
-    buckets: int | None
 
 
 class HistoryError(ValueError):
@@ -335,14 +333,16 @@ class HistoryStore:
         point leaves each space as ``record`` would.
         """
         now = self.clock().astimezone(UTC)
+        # The versioned entities' bucket count, which every space's HEAD follows (``_follow_bucket_count``).
+        buckets = stored_bucket_count(self.lake)
         compared = results(
             side_by_side(
-                [functools.partial(self._compare, s, tuple(k)) for s, k in spaces.items()],
+                [functools.partial(self._compare, s, tuple(k), buckets) for s, k in spaces.items()],
                 name="history-space",
                 workers=workers,
             )
         )
-        staged = self._stage_transactions([c for c in compared if c is not None], messages, now)
+        staged = self._stage_transactions([c for c in compared if c is not None], messages, now, buckets)
         # Global ids are given out in order, under the writer lock: the newest one is read once.
         newest_id = max((c.id for c in (self.latest(f) for f in self.folders()) if c is not None), default=0)
         tables = tables or {}
@@ -350,16 +350,16 @@ class HistoryStore:
             self._commit_staged(st, newest_id + n, tables.get(st.space, st.space), commit_msg, commit_json or {})
             for n, st in enumerate(staged, start=1)
         ]
-        self._advance_heads(staged)
+        self._advance_heads(staged, buckets)
         return commits
 
-    def _compare(self, space: str, key_fields: Sequence[str]) -> _Compared | None:
+    def _compare(self, space: str, key_fields: Sequence[str], buckets: int | None) -> _Compared | None:
         """What the space's next transaction compares: HEAD and the features of the versioned buckets
         that changed since it (plans: nothing is computed), or None when none changed. Finishes an
         unfinished transaction of the space first."""
         folder = entity_folder(space)
         self.recover(folder)
-        state = self._follow_bucket_count(folder, self._read_state(folder))
+        state = self._follow_bucket_count(folder, self._read_state(folder), buckets)
         seen: dict[str, str] = state["signatures"]
         now_sigs = self.fs.file_signatures(self.lake.folder_uri(VERSIONS_DS, folder), BUCKET)
         changed_buckets = sorted(
@@ -380,11 +380,9 @@ class HistoryStore:
             expected = latest.last_i - latest.first_i + 1
         else:
             expected = self.fs.tree_bytes(self.lake.folder_uri(VERSIONS_DS, folder)) * ROWS_PER_PART // FIRST_PART_BYTES
-        return _Compared(
-            space, folder, latest, changed_buckets, now_sigs, head, current, expected, state.get("buckets")
-        )
+        return _Compared(space, folder, latest, changed_buckets, now_sigs, head, current, expected)
 
-    def _follow_bucket_count(self, folder: str, state: dict[str, Any]) -> dict[str, Any]:
+    def _follow_bucket_count(self, folder: str, state: dict[str, Any], count: int | None) -> dict[str, Any]:
         """The space's state, after HEAD's rows were moved to the buckets of the versioned entities' count.
 
         HEAD is stored by versioned bucket, and a transaction reads HEAD's buckets of the same numbers
@@ -395,7 +393,6 @@ class HistoryStore:
         their buckets if any is elsewhere (one rewrite of HEAD, one row per key), and every bucket is
         compared again. Safe to interrupt: the state names the count only once HEAD follows it.
         """
-        count = stored_bucket_count(self.lake)
         if count is None or state.get("buckets") == count:
             return state
         if not state["head_txn"] and not state["signatures"]:
@@ -412,7 +409,9 @@ class HistoryStore:
         self._write_state(folder, state)
         return state
 
-    def _stage_transactions(self, compared: Sequence[_Compared], messages: DataFrame, now: datetime) -> list[_Staged]:
+    def _stage_transactions(
+        self, compared: Sequence[_Compared], messages: DataFrame, now: datetime, buckets: int | None
+    ) -> list[_Staged]:
         """The compared spaces' changes found and counted (one job), numbered and written as each space's
         next transaction's rows (one write, not yet committed) and verified (one job), in the order
         given. The spaces go through every step together, told apart by ``SPACE_N`` (their index in
@@ -442,7 +441,7 @@ class HistoryStore:
                 if not counts[n]:
                     self._write_state(
                         c.folder,
-                        {"head_txn": c.latest.txn if c.latest else 0, "signatures": c.now_sigs, "buckets": c.buckets},
+                        {"head_txn": c.latest.txn if c.latest else 0, "signatures": c.now_sigs, "buckets": buckets},
                     )
                     continue
                 # The wall clock went back: keep tnx non-decreasing.
@@ -482,7 +481,6 @@ class HistoryStore:
                 compared[n].head,
                 written[n],
                 verification,
-                compared[n].buckets,
             )
             for (n, num), verification in zip(numbering.items(), verifications, strict=True)
         ]
@@ -568,7 +566,7 @@ class HistoryStore:
         self.verifications[(st.space, st.txn)] = st.verification
         return commit
 
-    def _advance_heads(self, staged: Sequence[_Staged]) -> None:
+    def _advance_heads(self, staged: Sequence[_Staged], buckets: int | None) -> None:
         """Move the HEADs past committed transactions, in one write (``recover`` does it for a space
         whose HEAD a crash left behind), then save each space's state."""
         if not staged:
@@ -578,7 +576,7 @@ class HistoryStore:
             moved, HEAD_DS, BUCKET, [(st.folder, st.changed_buckets) for st in staged], by=SPACE_N
         )
         for st in staged:
-            self._write_state(st.folder, {"head_txn": st.txn, "signatures": st.now_sigs, "buckets": st.buckets})
+            self._write_state(st.folder, {"head_txn": st.txn, "signatures": st.now_sigs, "buckets": buckets})
 
     def verification(self, space: str, txn: int) -> Verification | None:
         """What ``record`` found wrong in the rows of transaction ``txn`` of ``space`` (this store's only)."""
