@@ -81,7 +81,7 @@ def connect_server_command(
     conf = {
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
-        **driver_config(driver_memory, jit_default=SERVER_JIT),
+        **driver_config(driver_memory, jit_default=SERVER_JIT, master=master),
         **scheduler_config(),
         **sql_config(),
         **(extra_conf or {}),

@@ -26,6 +26,8 @@ from dagster_pyspark import LazyPySparkResource
 from dagster_pyspark.resources import spark_session_from_config
 from pydantic import PrivateAttr
 
+from resources.local_fs import local_file_settings
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -90,20 +92,24 @@ def jit_options(default: str = RUN_DRIVER_JIT) -> tuple[str, ...]:
 # Local lakes (file: paths). Hadoop's default file system for them writes a ``.crc`` side file beside
 # every file and, with no native Hadoop library (pyspark ships none), forks a ``chmod`` process for
 # every file and folder it creates: three forks per file of a partitioned write, the side file's
-# included (BENCHMARKS.md, "Files written by Spark"). The raw one writes no side file and reads none.
+# included (BENCHMARKS.md, "Files written by Spark"). A raw one writes no side file and reads none
+# (``local_fs``: Hadoop's, or one that sets permissions without a process where it can).
 # Parquet's own page checksums, which Spark writes by default, are verified on read instead, so a
 # damaged page still fails the read rather than giving other values.
 LOCAL_FILES = {
-    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
     "spark.hadoop.parquet.page.verify-checksum.enabled": "true",
 }
 
 
 def driver_config(
-    driver_memory: str | None = None, *, ui: bool | None = None, jit_default: str = RUN_DRIVER_JIT
+    driver_memory: str | None = None,
+    *,
+    ui: bool | None = None,
+    jit_default: str = RUN_DRIVER_JIT,
+    master: str = "local[*]",
 ) -> dict[str, str]:
     """The settings of a Spark driver the platform starts itself (in process, or a Connect server);
-    ``jit_default``: its JIT mode when ``NGSI_SPARK_JIT`` is unset."""
+    ``jit_default``: its JIT mode when ``NGSI_SPARK_JIT`` is unset; ``master``: where its tasks run."""
     jit = jit_options(jit_default)
     conf = {
         "spark.driver.memory": driver_memory or os.environ.get("NGSI_SPARK_DRIVER_MEMORY", "4g"),
@@ -114,6 +120,7 @@ def driver_config(
         "spark.sql.codegen.cache.maxEntries": "4000",
         "spark.driver.extraJavaOptions": " ".join(("-Dlog4j2.level=WARN", *jit)),
         **LOCAL_FILES,
+        **local_file_settings(master),
     }
     if jit:
         # On a cluster the driver's executors live as long as it does: the same mode. As the defaults
@@ -163,11 +170,12 @@ def default_spark_config(
         return {"spark.remote": remote, **sql_config(shuffle_partitions)}
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    master = master or os.environ.get("NGSI_SPARK_MASTER", "local[*]")
     return {
-        "spark.master": master or os.environ.get("NGSI_SPARK_MASTER", "local[*]"),
+        "spark.master": master,
         "spark.app.name": "ngsi-assets",
         **sql_config(shuffle_partitions),
-        **driver_config(driver_memory, ui=ui),
+        **driver_config(driver_memory, ui=ui, master=master),
     }
 
 

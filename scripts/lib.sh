@@ -34,6 +34,8 @@ apt_install() {
 # runtime_packages: the Debian packages Spark and the venv need, one per line, when missing.
 runtime_packages() {
     command -v java >/dev/null 2>&1 || echo openjdk-17-jre-headless
+    # javac builds the local lake's file system without a process per file (resources/local_fs.py).
+    command -v javac >/dev/null 2>&1 || echo openjdk-17-jdk-headless
     if ! command -v python3.11 >/dev/null 2>&1; then
         printf '%s\n' python3.11 python3.11-venv
     elif [[ ! -x .venv/bin/python ]] && ! python3.11 -c 'import ensurepip' >/dev/null 2>&1; then
