@@ -19,19 +19,12 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from resources.spark import SERVER_JIT, driver_config, scheduler_config, sql_config
+from resources.spark import SERVER_JIT, driver_config, scheduler_config, spark_home, sql_config
 
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 DEFAULT_CONNECT_PORT = 15002
-
-
-def spark_home() -> Path:
-    """The Spark distribution inside the installed pyspark package."""
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent
 
 
 def server_env(

@@ -45,9 +45,9 @@ def cache_dir() -> Path:
 
 def hadoop_api_jar() -> Path | None:
     """pyspark's Hadoop client API jar, the one the class is compiled against (None if not found)."""
-    import pyspark
+    from resources.spark import spark_home  # (resources.spark imports this module)
 
-    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"))
+    jars = sorted((spark_home() / "jars").glob("hadoop-client-api-*.jar"))
     return jars[-1] if jars else None
 
 

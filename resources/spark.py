@@ -40,6 +40,13 @@ log = logging.getLogger(__name__)
 JDBC_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/mariadb-java-client.jar")
 
 
+def spark_home() -> Path:
+    """The Spark distribution inside the installed pyspark package."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
 def sql_config(shuffle_partitions: int | None = None) -> dict[str, str]:
     """The session (runtime SQL) settings every session of the platform uses, local or remote."""
     cores = os.cpu_count() or 2

@@ -4,6 +4,7 @@ without a ``chmod`` process (``resources.local_fs``)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -112,7 +113,7 @@ def test_a_source_that_does_not_compile_is_refused_by_name(tmp_path: Path, monke
 # runs ``chmod`` by name (``Shell.getSetPermissionCommand``) for each file and folder it creates.
 _WRITE = textwrap.dedent(
     """
-    import json, os, sys
+    import json, sys
     from pathlib import Path
     from pyspark.sql import SparkSession, functions as F
     from resources.spark import default_spark_config
@@ -133,8 +134,6 @@ _WRITE = textwrap.dedent(
 
 @pytest.mark.parametrize("process_free", ["1", "0"])
 def test_files_are_created_without_a_chmod_process(tmp_path: Path, process_free: str) -> None:
-    import json
-
     bin_dir, calls = tmp_path / "bin", tmp_path / "chmod-calls"
     bin_dir.mkdir()
     chmod = bin_dir / "chmod"
