@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from dagster import InitResourceContext
 from dagster_pyspark import LazyPySparkResource
@@ -47,6 +48,21 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
+# A read of more folders than spark.sql.sources.parallelPartitionDiscovery.threshold (Spark's default
+# 32) lists them in a Spark job, one task per folder: a read of an entity's 64 buckets was a job of 60
+# tasks, three of them in each run of the main job (BENCHMARKS.md, "Listing folders"). On a local lake
+# the driver lists them in milliseconds. An object store keeps Spark's way, where the driver would
+# list the prefixes one after the other.
+LOCAL_LISTING = {"spark.sql.sources.parallelPartitionDiscovery.threshold": str(2**31 - 1)}
+
+
+def lake_is_local(lake_root: str | None = None) -> bool:
+    """Whether the lake (``lake_root``, else ``NGSI_LAKE_ROOT``, whose default is a local folder) is on
+    the local file system: a path with no scheme, or a ``file:`` URI."""
+    root = os.environ.get("NGSI_LAKE_ROOT", "") if lake_root is None else lake_root
+    return urlsplit(root).scheme in ("", "file")
+
+
 def sql_config(shuffle_partitions: int | None = None) -> dict[str, str]:
     """The session (runtime SQL) settings every session of the platform uses, local or remote."""
     cores = os.cpu_count() or 2
@@ -66,6 +82,7 @@ def sql_config(shuffle_partitions: int | None = None) -> dict[str, str]:
         "spark.sql.optimizer.enableJsonExpressionOptimization": "false",
         "spark.sql.parquet.compression.codec": "zstd",
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
+        **(LOCAL_LISTING if lake_is_local() else {}),
     }
 
 

@@ -1,6 +1,7 @@
 """Local lakes are written without Hadoop's ``.crc`` side files, a damaged Parquet page still fails
-the read (``resources.spark.LOCAL_FILES``), and drivers whose tasks run in their own JVM create files
-without a ``chmod`` process (``resources.local_fs``)."""
+the read (``resources.spark.LOCAL_FILES``), drivers whose tasks run in their own JVM create files
+without a ``chmod`` process (``resources.local_fs``), and a read of many folders lists them in the
+driver rather than in a Spark job (``resources.spark.LOCAL_LISTING``)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,16 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 
 from ngsi_assets.spark_servers import connect_server_command
 from resources import local_fs
 from resources.lake import LakeResource
-from resources.spark import LOCAL_FILES, default_spark_config
+from resources.spark import LOCAL_FILES, LOCAL_LISTING, default_spark_config, lake_is_local
+from tests.support.spark import session_settings
 
 REPO = Path(__file__).resolve().parents[2]
+THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 
 pytestmark = pytest.mark.spark
 
@@ -170,3 +174,39 @@ def test_files_are_created_without_a_chmod_process(tmp_path: Path, process_free:
         assert result["impl"] == local_fs.HADOOP_RAW
         # 8 bucket folders and their 8 files at least, each with a chmod of its own.
         assert len(noted) >= 16, noted
+
+
+_THINGS = StructType([StructField("v", LongType()), StructField("bucket", IntegerType())])
+
+
+def _listing_jobs(spark: SparkSession, lake: LakeResource, folders: int, group: str) -> list[int]:
+    """The Spark jobs that a read of ``folders`` bucket folders starts before any action: listing."""
+    spark.sparkContext.setJobGroup(group, "listing")
+    try:
+        # With the schema given: no job reads the files' footers to merge theirs.
+        lake.read_folders(spark, "things", "bucket", list(range(folders)), schema=_THINGS).schema  # noqa: B018
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    return list(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
+def test_a_local_lake_lists_many_folders_in_the_driver(spark: SparkSession, tmp_path: Path) -> None:
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    rows = spark.range(400).select((F.col("id") % 40).cast("int").alias("bucket"), F.col("id").alias("v"))
+    lake.replace_folders(rows, "things", "bucket", list(range(40)))
+    # The platform's session (local lake): 40 folders, more than Spark's threshold, and no job.
+    assert spark.conf.get(THRESHOLD) == LOCAL_LISTING[THRESHOLD]
+    assert _listing_jobs(spark, lake, 40, "platform") == []
+    # Spark's default lists them in a job of its own (what an object store keeps).
+    with session_settings(spark, {THRESHOLD: "32"}):
+        assert len(_listing_jobs(spark, lake, 40, "spark-default")) == 1
+
+
+def test_only_a_local_lake_changes_how_folders_are_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    for root, local in (("/data/lake", True), ("file:///data/lake", True), ("s3a://bucket/lake", False)):
+        monkeypatch.setenv("NGSI_LAKE_ROOT", root)
+        assert lake_is_local() is local
+        assert (THRESHOLD in default_spark_config("local[1]")) is local
+        assert (THRESHOLD in default_spark_config(remote="sc://127.0.0.1:15002")) is local
+    monkeypatch.delenv("NGSI_LAKE_ROOT")  # the default lake is a local folder
+    assert default_spark_config("local[1]")[THRESHOLD] == LOCAL_LISTING[THRESHOLD]
