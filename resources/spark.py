@@ -56,11 +56,10 @@ def spark_home() -> Path:
 LOCAL_LISTING = {"spark.sql.sources.parallelPartitionDiscovery.threshold": str(2**31 - 1)}
 
 
-def lake_is_local(lake_root: str | None = None) -> bool:
-    """Whether the lake (``lake_root``, else ``NGSI_LAKE_ROOT``, whose default is a local folder) is on
-    the local file system: a path with no scheme, or a ``file:`` URI."""
-    root = os.environ.get("NGSI_LAKE_ROOT", "") if lake_root is None else lake_root
-    return urlsplit(root).scheme in ("", "file")
+def lake_is_local() -> bool:
+    """Whether the lake (``NGSI_LAKE_ROOT``, whose default is a local folder) is on the local file
+    system: a path with no scheme, or a ``file:`` URI."""
+    return urlsplit(os.environ.get("NGSI_LAKE_ROOT", "")).scheme in ("", "file")
 
 
 def sql_config(shuffle_partitions: int | None = None) -> dict[str, str]:
