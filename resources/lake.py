@@ -128,6 +128,11 @@ def dt_to_key(dt: str) -> str:
     return dt + ":00"
 
 
+def is_local(uri: str) -> bool:
+    """Whether a lake path or URI is on the local file system: a path with no scheme, or ``file:``."""
+    return urlsplit(uri).scheme in ("", "file")
+
+
 class LakeFiles:
     """File operations on the lake through ``pyarrow.fs``, for local folders and object stores alike.
 
@@ -737,10 +742,10 @@ class LakeResource(ConfigurableResource):
         exclusive ``flock`` on ``<dataset>[/<subfolder>]/.lock`` on a local lake. Object stores have no
         lock: there, the asset's Dagster pool (named in the README) must be given a limit of 1."""
         uri = self.folder_uri(dataset, subfolder)
-        parts = urlsplit(uri)
-        if parts.scheme not in ("", "file"):
+        if not is_local(uri):
             yield
             return
+        parts = urlsplit(uri)
         folder = parts.path if parts.scheme else uri
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, ".lock"), "a+") as handle:

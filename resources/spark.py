@@ -20,13 +20,13 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from dagster import InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 from dagster_pyspark.resources import spark_session_from_config
 from pydantic import PrivateAttr
 
+from resources.lake import is_local
 from resources.local_fs import local_file_settings
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ LOCAL_LISTING = {"spark.sql.sources.parallelPartitionDiscovery.threshold": str(2
 def lake_is_local() -> bool:
     """Whether the lake (``NGSI_LAKE_ROOT``, whose default is a local folder) is on the local file
     system: a path with no scheme, or a ``file:`` URI."""
-    return urlsplit(os.environ.get("NGSI_LAKE_ROOT", "")).scheme in ("", "file")
+    return is_local(os.environ.get("NGSI_LAKE_ROOT", ""))
 
 
 def sql_config(shuffle_partitions: int | None = None) -> dict[str, str]:
