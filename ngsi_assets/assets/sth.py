@@ -50,6 +50,7 @@ from ngsi_assets.transforms.sth import (
     rollup_rows,
     sth_partials,
     sth_rejects,
+    unaccounted_points,
     unaccounted_samples,
     with_tombstones,
 )
@@ -333,34 +334,14 @@ def _materialize(
     documents = documents.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         both = Resolution.DAY in config.resolutions and Resolution.HOUR in config.resolutions
-        unaccounted = unaccounted_samples(documents)
-        checks = {
-            # One row per database and action: the actions' counts and the databases written.
-            "by_database_action": documents.groupBy("database", "action").count(),
-            "rejected": first_rows(
-                documents.where(F.col("action") == ACTION_REJECT).select("database", "collection", "reason"),
-                EXAMPLES,
-                "database",
-                "collection",
-                "reason",
-            ),
-            "mixed": row_count(documents.where(F.col("numeric") & F.col("text"))),
-            "unaccounted": row_count(unaccounted),
-            "unaccounted_examples": first_rows(unaccounted, EXAMPLES, *SLOT_COLUMNS),
-        }
-        if both:
-            mismatches = day_hour_mismatches(documents)
-            checks["mismatches"] = row_count(mismatches)
-            checks["mismatch_examples"] = first_rows(mismatches, EXAMPLES, *ID_COLUMNS, "day")
-        # Metadata and checks in one Spark job: each collect of its own costs a round trip and a planning.
-        found = collect_small(**checks)
+        found = _find(documents, both)
         by_database_action = found["by_database_action"]
         by_action: dict[str, int] = {}
         for r in by_database_action:
             by_action[r["action"]] = by_action.get(r["action"], 0) + int(r["count"])
-        rejected_docs = [r.asDict() for r in found["rejected"]]
-        mixed_count = found["mixed"][0]["n"]
-        unaccounted_count = found["unaccounted"][0]["n"]
+        rejected_docs = [r.asDict() for r in found.get("rejected", [])]
+        mixed_count = sum(int(r["mixed"]) for r in by_database_action)
+        unaccounted_count = sum(int(r["unaccounted"]) for r in by_database_action)
         unaccounted_examples = [
             {
                 "collection": r["collection"],
@@ -371,7 +352,7 @@ def _materialize(
                 "numbers": r["numSamples"],
                 "occurrences": r["occurrences"],
             }
-            for r in found["unaccounted_examples"]
+            for r in found.get("unaccounted_examples", [])
         ]
         mismatch_count = found["mismatches"][0]["n"] if both else 0
         mismatch_examples = [
@@ -442,6 +423,35 @@ def _materialize(
         },
         check_results=checks.results(both),
     )
+
+
+def _find(documents: DataFrame, both: bool) -> dict[str, list]:
+    """What the metadata and checks need of the rebuilt documents: one job for the counts (per
+    database and action: documents, documents with numbers and text, points not accounted for; and
+    the day/hour mismatches when ``both``), and a second only for the examples of the counts that show
+    some (usually none: each example query is a shuffle and a job of its own)."""
+    counts = {
+        "by_database_action": documents.groupBy("database", "action").agg(
+            F.count("*").alias("count"),
+            F.sum((F.col("numeric") & F.col("text")).cast("long")).alias("mixed"),
+            F.sum(unaccounted_points()).alias("unaccounted"),
+        )
+    }
+    if both:
+        counts["mismatches"] = row_count(day_hour_mismatches(documents))
+    found = collect_small(**counts)
+    examples: dict[str, DataFrame] = {}
+    by_database_action = found["by_database_action"]
+    if any(r["action"] == ACTION_REJECT for r in by_database_action):
+        rejected = documents.where(F.col("action") == ACTION_REJECT).select("database", "collection", "reason")
+        examples["rejected"] = first_rows(rejected, EXAMPLES, "database", "collection", "reason")
+    if any(r["unaccounted"] for r in by_database_action):
+        examples["unaccounted_examples"] = first_rows(unaccounted_samples(documents), EXAMPLES, *SLOT_COLUMNS)
+    if both and found["mismatches"][0]["n"]:
+        examples["mismatch_examples"] = first_rows(day_hour_mismatches(documents), EXAMPLES, *ID_COLUMNS, "day")
+    if examples:
+        found.update(collect_small(**examples))
+    return found
 
 
 __all__ = ["sth_aggregates", "PARTIALS", "REJECTS", "ROLLUPS", "STH_REJECTS"]

@@ -559,14 +559,28 @@ def unaccounted_samples(documents: DataFrame) -> DataFrame:
     min, max) or as a text occurrence, and ``samples`` counts them all.
     """
     points = documents.where(F.col("action") != ACTION_DELETE).select(*DOC_COLUMNS, F.explode("points").alias("p"))
-    occurrences = F.aggregate(F.map_values(F.col("p.occur")), F.lit(0).cast("long"), lambda a, n: a + n)
     return points.select(
         *DOC_COLUMNS,
         F.col("p.offset").alias("offset"),
         F.col("p.samples").alias("samples"),
         F.col("p.numSamples").alias("numSamples"),
-        occurrences.alias("occurrences"),
-    ).where(F.col("samples") != F.col("numSamples") + F.col("occurrences"))
+        _occurrences(F.col("p")).alias("occurrences"),
+    ).where(_unaccounted(F.col("p")))
+
+
+def unaccounted_points() -> Column:
+    """The number of a document's points that ``unaccounted_samples`` would list (0 for a delete),
+    computed in the document's row: summed over the documents, the check's count without the explode
+    and its shuffle."""
+    return F.when(F.col("action") != ACTION_DELETE, F.size(F.filter("points", _unaccounted))).otherwise(F.lit(0))
+
+
+def _occurrences(point: Column) -> Column:
+    return F.aggregate(F.map_values(point["occur"]), F.lit(0).cast("long"), lambda a, n: a + n)
+
+
+def _unaccounted(point: Column) -> Column:
+    return point["samples"] != point["numSamples"] + _occurrences(point)
 
 
 def bucket_of() -> Column:

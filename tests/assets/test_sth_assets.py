@@ -11,13 +11,21 @@ from typing import Any
 import pymongo
 import pytest
 from bson.raw_bson import RawBSONDocument
-from dagster import DagsterInstance, Definitions, define_asset_job, in_process_executor, materialize
+from dagster import (
+    DagsterInstance,
+    Definitions,
+    ExecuteInProcessResult,
+    define_asset_job,
+    in_process_executor,
+    materialize,
+)
 from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
 from ngsi_assets.assets.sth import PARTIALS, REJECTS, ROLLUPS, sth_aggregates
 from ngsi_assets.partitions import hourly_partitions
+from ngsi_assets.transforms import sth as sth_transforms
 from ngsi_assets.transforms.schemas import NGSI_EVENTS
 from ngsi_assets.transforms.sth import STH_PARTIALS, STH_REJECTS, STH_ROLLUPS, rollup_rows
 from resources.lake import LakeResource
@@ -52,7 +60,7 @@ def _write_events(spark: SparkSession, lake: Path, key: str, rows: list[tuple]) 
     LakeResource(root=str(lake)).replace_partitions(spark.createDataFrame(rows, NGSI_EVENTS), "ngsi_events", [key])
 
 
-def _run(lake: Path, key: str, sth: STHSinkResource) -> tuple[dict[str, Any], dict[str, bool]]:
+def _materialize(lake: Path, key: str, sth: STHSinkResource) -> ExecuteInProcessResult:
     result = materialize(
         [sth_aggregates],
         partition_key=key,
@@ -60,6 +68,11 @@ def _run(lake: Path, key: str, sth: STHSinkResource) -> tuple[dict[str, Any], di
         instance=DagsterInstance.ephemeral(),
     )
     assert result.success
+    return result
+
+
+def _run(lake: Path, key: str, sth: STHSinkResource) -> tuple[dict[str, Any], dict[str, bool]]:
+    result = _materialize(lake, key, sth)
     (mat,) = result.asset_materializations_for_node("sth_aggregates")
     metadata = {k: v.value for k, v in mat.metadata.items()}
     return metadata, {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
@@ -100,6 +113,29 @@ def test_without_mongodb_the_lake_is_computed_and_publishing_skipped(spark: Spar
     assert rejects == [
         ("a4", "string value contains a NUL character, which a MongoDB key (occur map) cannot hold", "2026-03-01-10")
     ]
+
+
+def test_documents_over_mongodbs_limit_fail_their_check_with_examples(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a limit every document exceeds, each is counted as refused and the check lists them as
+    examples (fetched only when the counts show some)."""
+    monkeypatch.setattr(sth_transforms, "MAX_DOCUMENT_BYTES", 1)
+    lake = tmp_path / "lake"
+    _write_events(spark, lake, H10, EVENTS[H10])
+    result = _materialize(lake, H10, STHSinkResource(resolutions="hour"))
+    (mat,) = result.asset_materializations_for_node("sth_aggregates")
+    assert mat.metadata["documents_by_action"].value == {"reject": 2}
+    evaluations = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    limits = evaluations["documents_within_mongodb_limits"]
+    assert not limits.passed
+    assert limits.metadata["rejected_documents"].value == 2
+    examples = limits.metadata["examples"].value
+    assert sorted(e["collection"] for e in examples) == ["sth_/4wheels_car1_car.aggr"] * 2, examples
+    assert all("exceeds MongoDB's 16 MiB limit" in e["reason"] for e in examples), examples
+    # Nothing else is wrong with them: the other checks pass, with no example fetched.
+    assert evaluations["every_sample_in_aggregates_or_occur"].passed
+    assert evaluations["every_sample_in_aggregates_or_occur"].metadata["examples"].value == []
 
 
 def _snapshot(url: str, prefix: str) -> list[tuple[str, str, bytes]]:

@@ -313,6 +313,14 @@ def test_unaccounted_samples_finds_a_point_whose_counts_disagree(
     found = [(r["idEntityId"], r["offset"], r["samples"], r["numSamples"], r["occurrences"])
              for r in sth.unaccounted_samples(broken).collect()]  # fmt: skip
     assert found == [("neg", 10, 5, 4, 0)]
+    # The same count from each document's row (the asset's check counts this way, without the explode).
+    total = F.sum(sth.unaccounted_points())
+    assert docs.agg(total).first()[0] == 0
+    assert broken.agg(total).first()[0] == 1
+    # A delete publishes no point: none of its points counts, as none is listed.
+    deleted = broken.withColumn("action", F.lit(sth.ACTION_DELETE))
+    assert sth.unaccounted_samples(deleted).count() == 0
+    assert deleted.agg(total).first()[0] == 0
 
 
 def test_string_values_escaped_and_white_space_ignored(case_docs: list[dict[str, Any]]) -> None:
