@@ -17,7 +17,7 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from ngsi_assets.assets.ingest import ngsi_events
@@ -334,36 +334,10 @@ def _materialize(
     documents = documents.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         both = Resolution.DAY in config.resolutions and Resolution.HOUR in config.resolutions
-        found = _find(documents, both)
-        by_database_action = found["by_database_action"]
+        by_database_action, checks = _find(documents, both)
         by_action: dict[str, int] = {}
         for r in by_database_action:
             by_action[r["action"]] = by_action.get(r["action"], 0) + int(r["count"])
-        rejected_docs = [r.asDict() for r in found.get("rejected", [])]
-        mixed_count = sum(int(r["mixed"]) for r in by_database_action)
-        unaccounted_count = sum(int(r["unaccounted"]) for r in by_database_action)
-        unaccounted_examples = [
-            {
-                "collection": r["collection"],
-                "resolution": r["resolution"],
-                "origin": r["origin"],
-                "offset": r["offset"],
-                "samples": r["samples"],
-                "numbers": r["numSamples"],
-                "occurrences": r["occurrences"],
-            }
-            for r in found.get("unaccounted_examples", [])
-        ]
-        mismatch_count = found["mismatches"][0]["n"] if both else 0
-        mismatch_examples = [
-            {
-                "collection": r["collection"],
-                "day": str(r["day"]),
-                "hour": r["hourSamples"],
-                "day_doc": r["daySamples"],
-            }
-            for r in found.get("mismatch_examples", [])
-        ]
 
         publish: dict[str, object]
         if sth.mongo_url:
@@ -397,15 +371,6 @@ def _materialize(
         documents.unpersist()
 
     reject_rows = by_status.get(STATUS_REJECTED, 0)
-    checks = _Checks(
-        mismatch_count=mismatch_count,
-        mismatch_examples=mismatch_examples,
-        rejected_documents=by_action.get(ACTION_REJECT, 0),
-        rejected_examples=rejected_docs,
-        unaccounted_count=unaccounted_count,
-        unaccounted_examples=unaccounted_examples,
-        mixed_count=mixed_count,
-    )
     return MaterializeResult(
         metadata={
             "events": sum(by_status.values()),
@@ -415,7 +380,7 @@ def _materialize(
             "rejects": reject_rows,
             "documents_touched": sum(by_action.values()),
             "documents_by_action": MetadataValue.json(by_action),
-            "documents_with_numbers_and_text": mixed_count,
+            "documents_with_numbers_and_text": checks.mixed_count,
             "resolutions": ",".join(r.value for r in config.resolutions),
             "data_model": config.data_model.value,
             "folded": "whole" if batch is None else f"{len(plan.todo or [])} increments",
@@ -425,11 +390,13 @@ def _materialize(
     )
 
 
-def _find(documents: DataFrame, both: bool) -> dict[str, list]:
-    """What the metadata and checks need of the rebuilt documents: one job for the counts (per
-    database and action: documents, documents with numbers and text, points not accounted for; and
-    the day/hour mismatches when ``both``), and a second only for the examples of the counts that show
-    some (usually none: each example query is a shuffle and a job of its own)."""
+def _find(documents: DataFrame, both: bool) -> tuple[list[Row], _Checks]:
+    """The rebuilt documents' counts per database and action (``count``), and what the checks found.
+
+    One job for the counts (per database and action: documents, documents with numbers and text,
+    points not accounted for; and the day/hour mismatches when ``both``), and a second only for the
+    examples of the counts that show some (usually none: each example query is a shuffle and a job
+    of its own)."""
     counts = {
         "by_database_action": documents.groupBy("database", "action").agg(
             F.count("*").alias("count"),
@@ -437,21 +404,44 @@ def _find(documents: DataFrame, both: bool) -> dict[str, list]:
             F.sum(unaccounted_points()).alias("unaccounted"),
         )
     }
-    if both:
-        counts["mismatches"] = row_count(day_hour_mismatches(documents))
+    mismatches = day_hour_mismatches(documents) if both else None
+    if mismatches is not None:
+        counts["mismatches"] = row_count(mismatches)
     found = collect_small(**counts)
-    examples: dict[str, DataFrame] = {}
     by_database_action = found["by_database_action"]
-    if any(r["action"] == ACTION_REJECT for r in by_database_action):
+    checks = _Checks(
+        mismatch_count=found["mismatches"][0]["n"] if mismatches is not None else 0,
+        rejected_documents=sum(int(r["count"]) for r in by_database_action if r["action"] == ACTION_REJECT),
+        unaccounted_count=sum(int(r["unaccounted"]) for r in by_database_action),
+        mixed_count=sum(int(r["mixed"]) for r in by_database_action),
+    )
+    examples: dict[str, DataFrame] = {}
+    if checks.rejected_documents:
         rejected = documents.where(F.col("action") == ACTION_REJECT).select("database", "collection", "reason")
         examples["rejected"] = first_rows(rejected, EXAMPLES, "database", "collection", "reason")
-    if any(r["unaccounted"] for r in by_database_action):
-        examples["unaccounted_examples"] = first_rows(unaccounted_samples(documents), EXAMPLES, *SLOT_COLUMNS)
-    if both and found["mismatches"][0]["n"]:
-        examples["mismatch_examples"] = first_rows(day_hour_mismatches(documents), EXAMPLES, *ID_COLUMNS, "day")
-    if examples:
-        found.update(collect_small(**examples))
-    return found
+    if checks.unaccounted_count:
+        examples["unaccounted"] = first_rows(unaccounted_samples(documents), EXAMPLES, *SLOT_COLUMNS)
+    if mismatches is not None and checks.mismatch_count:
+        examples["mismatches"] = first_rows(mismatches, EXAMPLES, *ID_COLUMNS, "day")
+    rows = collect_small(**examples)
+    checks.rejected_examples = [r.asDict() for r in rows.get("rejected", [])]
+    checks.unaccounted_examples = [
+        {
+            "collection": r["collection"],
+            "resolution": r["resolution"],
+            "origin": r["origin"],
+            "offset": r["offset"],
+            "samples": r["samples"],
+            "numbers": r["numSamples"],
+            "occurrences": r["occurrences"],
+        }
+        for r in rows.get("unaccounted", [])
+    ]
+    checks.mismatch_examples = [
+        {"collection": r["collection"], "day": str(r["day"]), "hour": r["hourSamples"], "day_doc": r["daySamples"]}
+        for r in rows.get("mismatches", [])
+    ]
+    return by_database_action, checks
 
 
 __all__ = ["sth_aggregates", "PARTIALS", "REJECTS", "ROLLUPS", "STH_REJECTS"]
