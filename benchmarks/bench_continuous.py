@@ -387,6 +387,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="NGSI_DERIVED_SIDE_BY_SIDE for the daemon (default: the platform's)",
     )
+    parser.add_argument(
+        "--steps-side-by-side",
+        type=int,
+        default=None,
+        help="NGSI_STEPS_SIDE_BY_SIDE for the daemon's runs (default: the platform's)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args(argv)
@@ -415,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         extra = {"NGSI_SPARK_REMOTE": remote, "NGSI_SQL_SINKS_CONFIG": str(sinks)}
         if args.derived_side_by_side is not None:
             extra["NGSI_DERIVED_SIDE_BY_SIDE"] = str(args.derived_side_by_side)
+        if args.steps_side_by_side is not None:
+            extra["NGSI_STEPS_SIDE_BY_SIDE"] = str(args.steps_side_by_side)
         env = platform_env(home, landing, lake, extra)
         bin_dir = Path(sys.executable).parent
         # The instance's SQLite storage created once, before the daemon and this process's sampler open
@@ -481,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
             "minutes": args.minutes,
             "cars": args.cars,
             "derived_side_by_side": args.derived_side_by_side,
+            "steps_side_by_side": args.steps_side_by_side,
             "acknowledged": len(obs.acks),
             "refused": obs.refused,
             "freshness_s": {
@@ -544,6 +553,7 @@ def render(r: dict[str, Any]) -> str:
         "",
         f"`benchmarks/bench_continuous.py --rate {r['rate']:g} --minutes {r['minutes']:g} --cars {r['cars']}"
         + ("" if r.get("derived_side_by_side") is None else f" --derived-side-by-side {r['derived_side_by_side']}")
+        + ("" if r.get("steps_side_by_side") is None else f" --steps-side-by-side {r['steps_side_by_side']}")
         + "`: "
         "receiver, Dagster daemon with the sensors, one Spark Connect server, PostgreSQL and MariaDB "
         "(historic and last data, dm-by-entity-type), STH in the lake.",
