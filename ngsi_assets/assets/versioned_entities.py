@@ -35,7 +35,7 @@ from dagster import (
     asset,
 )
 from dagster_pyspark import LazyPySparkResource
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
@@ -173,6 +173,11 @@ class BucketStats(NamedTuple):
     keys: int
     field_names: list[str]
 
+    @staticmethod
+    def of(row: Row) -> "BucketStats":
+        """From a row of ``record_stats``."""
+        return BucketStats(int(row["records"] or 0), int(row["keys"]), list(row["field_names"]))
+
 
 @dataclass
 class EntityWork:
@@ -182,8 +187,9 @@ class EntityWork:
     definition: TargetEntity | None  # None: a default NGSI entity (text fields, NGSI keys)
     records: list[DataFrame] = field(default_factory=list)
     refreshes: list[DataFrame] = field(default_factory=list)
-    # Set by ``VersioningRun._cache_records``: the run's bucketed records (a filter of a cached frame,
-    # shared by every default NGSI entity), and per bucket how many records and keys, and which field names.
+    # Set by ``VersioningRun.plan`` (default NGSI entities) or ``_cache_records`` (schema entities): the
+    # run's bucketed records (for a default NGSI entity, a filter of the cached frame every one of them
+    # shares), and per bucket how many records and keys, and which field names.
     new: DataFrame | None = None
     stats: dict[int, BucketStats] = field(default_factory=dict)
 
@@ -290,27 +296,25 @@ class VersioningRun:
 
     # -- the run --------------------------------------------------------------------------------
 
-    def plan(self, source: DataFrame, refreshing: DataFrame) -> tuple[list[EntityWork], list[DataFrame]]:
-        """Map every (source system, source entity) of the run to target entities, in link order; whether
-        any message is a refresh comes from the same job (``_any_refresh``)."""
-        rows = (
-            source.select("source_system", "source_entity", F.lit(False).alias("refresh"))
-            .union(refreshing.select("source_system", "source_entity", F.lit(True).alias("refresh")))
-            .distinct()
-            .collect()
-        )
-        combos = {(r["source_system"], r["source_entity"]) for r in rows}
-        self._any_refresh = any(r["refresh"] for r in rows)
+    def plan(
+        self, combos: Sequence[Row], source: DataFrame, refreshing: DataFrame, default_stats: Sequence[Row]
+    ) -> tuple[list[EntityWork], list[DataFrame]]:
+        """Map every (source system, source entity) of the run to target entities, in link order.
+
+        ``combos``: the run's distinct (source_system, source_entity, refresh) rows; ``default_stats``:
+        ``record_stats`` of the default NGSI entities' records (``default_records``), which name them.
+        Both come from one job (``run``)."""
+        self._any_refresh = any(r["refresh"] for r in combos)
         if self.batch and self._any_refresh:
             # A refresh deletes every live key it did not name, wherever stored: its hour is folded whole.
             raise WholeHourNeeded("a refresh message is among the increments")
         order = self.schema.processing_order()
         works: dict[str, EntityWork] = {n: EntityWork(n, self.schema.entities[n]) for n in order}
-        defaults: dict[str, EntityWork] = {}
         errors: list[DataFrame] = []
         pending: dict[str, list[tuple[DataFrame, EntityMapping]]] = {n: [] for n in order}
-        default_types: list[str | None] = []  # NGSI types (None: no type) that no mapping takes
-        for system, entity in sorted(combos, key=lambda c: (c[0] or "", c[1] or "")):
+        for system, entity in sorted(
+            {(r["source_system"], r["source_entity"]) for r in combos}, key=lambda c: (c[0] or "", c[1] or "")
+        ):
             of_combo = (F.col("source_entity").eqNullSafe(F.lit(entity))) & (
                 F.col("source_system").eqNullSafe(F.lit(system))
             )
@@ -322,11 +326,7 @@ class VersioningRun:
                         works[m.reference].refreshes.append(
                             message_refreshes(refreshing.where(of_combo), m.reference, m)
                         )
-            elif system == NGSI_SOURCE_SYSTEM:
-                default_types.append(entity)
-                if entity is not None:
-                    defaults.setdefault(entity, EntityWork(entity, None))
-            else:
+            elif system != NGSI_SOURCE_SYSTEM:  # (NGSI types the schema does not map: default entities)
                 errors.append(
                     source.where(of_combo).select(
                         "message_identifier",
@@ -339,42 +339,33 @@ class VersioningRun:
                 )
         self._pending = pending
         self._works = works
-        # Entities the run's hours wrote before (a changed mapping) are reprocessed too (``run`` read the
-        # index once, before the plan); increments only add to what the hour holds.
-        for name in sorted(self._old_buckets):
-            if name not in works and name not in defaults:
-                defaults[name] = EntityWork(name, None)
-        default_records: list[DataFrame] = []
-        if default_types:
-            # Every NGSI type the schema does not map, in one pass (the types are in the records).
-            named = sorted(t for t in default_types if t is not None)
-            unmapped = F.col("source_entity").isin(named) if named else F.lit(False)
-            if None in default_types:
-                unmapped = unmapped | F.col("source_entity").isNull()
-            mapped = map_ngsi_default(source.where((F.col("source_system") == NGSI_SOURCE_SYSTEM) & unmapped))
-            errors.append(mapped.errors)
-            default_records.append(mapped.records)
-        if defaults:
-            records = union_all(default_records, _RECORDS_NO_BUCKET, self.spark)
-            self._cache_records(records, [defaults[n] for n in sorted(defaults)])
-        return [*[works[n] for n in order], *[defaults[n] for n in sorted(defaults)]], errors
+        # The default NGSI entities the run's records name, and those the run's hours wrote before (a
+        # changed mapping: reprocessed too; ``run`` read the index once, before the plan; increments
+        # only add to what the hour holds).
+        stats: dict[str, dict[int, BucketStats]] = {}
+        for r in default_stats:
+            stats.setdefault(r["entity"], {})[int(r[BUCKET])] = BucketStats.of(r)
+        names = sorted(set(stats) | {n for n in self._old_buckets if n not in works})
+        defaults = [EntityWork(n, None) for n in names]
+        for work in defaults:
+            work.new = self._default_records.where(F.col("entity") == work.name)
+            work.stats = stats.get(work.name, {})
+        return [*[works[n] for n in order], *defaults], errors
 
-    def _cache_records(self, records: DataFrame, works: list[EntityWork]) -> None:
-        """Bucket and cache the run's records of ``works`` once (kept to the run's end: the message log
-        and the record index read them again), and give each work its share and, from one job, the
-        buckets it touches with their record counts and field names."""
+    def _bucketed(self, records: DataFrame) -> DataFrame:
+        """The run's records of some entities with their bucket, cached to the run's end (the message log
+        and the record index read them again)."""
         bucketed = records.withColumn(BUCKET, bucket_column(F.col("guid"), self.buckets)).persist()
         self._persisted.append(bucketed)
         self._new_records.append(bucketed)
         self._index_rows.append(bucketed.select("entity", BUCKET, PARTITION_COLUMN).distinct())
-        stats: dict[str, dict[int, BucketStats]] = {}
-        for r in record_stats(bucketed, BUCKET).collect():
-            stats.setdefault(r["entity"], {})[int(r[BUCKET])] = BucketStats(
-                int(r["records"] or 0), int(r["keys"]), list(r["field_names"])
-            )
-        for work in works:
-            work.new = bucketed.where(F.col("entity") == work.name)
-            work.stats = stats.get(work.name, {})
+        return bucketed
+
+    def _cache_records(self, records: DataFrame, work: EntityWork) -> None:
+        """Bucket and cache a schema entity's records of the run (mapped just before its fold), and give
+        its work the buckets they touch with their record counts and field names (one job)."""
+        work.new = self._bucketed(records)
+        work.stats = {int(r[BUCKET]): BucketStats.of(r) for r in record_stats(work.new, BUCKET).collect()}
 
     def _indexed(self) -> DataFrame:
         return self.lake.read(self.spark, INDEX_DS, INDEX, self.keys)
@@ -426,7 +417,7 @@ class VersioningRun:
         """Fold the keys this run touches for one entity and rewrite their buckets."""
         folder = entity_folder(work.name)
         if work.new is None:  # a schema entity, whose records were mapped just before
-            self._cache_records(union_all(work.records, _RECORDS_NO_BUCKET, self.spark), [work])
+            self._cache_records(union_all(work.records, _RECORDS_NO_BUCKET, self.spark), work)
         new = work.new
         assert new is not None
         refreshes_new = union_all(work.refreshes, REFRESHES, self.spark)
@@ -785,7 +776,23 @@ class VersioningRun:
             self._old_buckets: dict[str, set[int]] = {}
             for r in [] if self.batch else self._indexed().select("entity", BUCKET).distinct().collect():
                 self._old_buckets.setdefault(r["entity"], set()).add(r[BUCKET])
-            works, errors = self.plan(source, refreshing)
+            # The default NGSI entities' records (every NGSI type the schema does not map, in one pass),
+            # cached; the run's (source system, source entity) pairs and those records' counts per entity
+            # and bucket come from one job: which entities the run touches, and where.
+            mapped = self.schema.mapped_source_entities(NGSI_SOURCE_SYSTEM)
+            unmapped = F.col("source_entity").isNull() | (
+                ~F.col("source_entity").isin(mapped) if mapped else F.lit(True)
+            )
+            defaults = map_ngsi_default(source.where((F.col("source_system") == NGSI_SOURCE_SYSTEM) & unmapped))
+            self._default_records = self._bucketed(union_all([defaults.records], _RECORDS_NO_BUCKET, self.spark))
+            found = collect_small(
+                combos=source.select("source_system", "source_entity", F.lit(False).alias("refresh"))
+                .union(refreshing.select("source_system", "source_entity", F.lit(True).alias("refresh")))
+                .distinct(),
+                stats=record_stats(self._default_records, BUCKET),
+            )
+            works, errors = self.plan(found["combos"], source, refreshing, found["stats"])
+            errors.append(defaults.errors)
             if self.batch:
                 parents = sorted(
                     name

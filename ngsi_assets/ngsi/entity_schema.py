@@ -282,6 +282,12 @@ class EntitySchema(_Model):
             return [EntityMapping(reference=source_entity)]
         return None
 
+    def mapped_source_entities(self, source_system: str) -> list[str]:
+        """The source entities of ``source_system`` that ``mappings_for`` maps (sorted): its own
+        mappings' and the target entities' names. Any other NGSI entity type is a default entity."""
+        system = self.sourceSystems.get(source_system)
+        return sorted({*(system.mappings if system is not None else ()), *self.entities})
+
     def processing_order(self) -> list[str]:
         """Target entities with every link target before the entities linking to it."""
         order: list[str] = []
