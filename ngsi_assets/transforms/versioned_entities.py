@@ -452,19 +452,27 @@ def _record_columns(
     )
 
 
-def _error_rows(df: DataFrame, entity_name: str) -> DataFrame:
-    """RECORD_ERRORS from a frame with a non-empty ``_errs`` array: an error (4) outranks status 1."""
+def _error_rows(df: DataFrame, entity_name: str | None) -> DataFrame:
+    """RECORD_ERRORS from a frame with a non-empty ``_errs`` array: an error (4) outranks status 1.
+
+    The text names the target entity's record; with ``entity_name`` None (NGSI types no schema entity
+    maps), the record's NGSI type, if it has one, and the entity column is null."""
+    named = (
+        F.lit(f"{entity_name} record ")
+        if entity_name is not None
+        else F.concat(F.coalesce(F.concat(F.col("source_entity"), F.lit(" ")), F.lit("")), F.lit("record "))
+    )
     return df.select(
         "message_identifier",
         "record_seq",
-        F.lit(entity_name).alias("entity"),
+        F.lit(entity_name).cast("string").alias("entity"),
         F.when(F.exists("_errs", lambda e: e["status"] == int(MessageStatus.ERROR)), F.lit(int(MessageStatus.ERROR)))
         .otherwise(F.lit(int(MessageStatus.REQUIRES_REPROCESSING)))
         .cast("int")
         .alias("status"),
         _bounded(
             F.concat(
-                F.lit(f"{entity_name} record "),
+                named,
                 F.col("record_seq").cast("string"),
                 F.lit(": "),
                 F.array_join(F.transform("_errs", lambda e: e["text"]), "; "),
@@ -532,9 +540,7 @@ def map_ngsi_default(source: DataFrame) -> MappedRecords:
         "dt",
     )
     bad = df.where(F.size("_errs") > 0)
-    errors = _error_rows(bad.withColumn("source_entity", F.coalesce("source_entity", F.lit(""))), "").withColumn(
-        "entity", F.lit(None).cast("string")
-    )
+    errors = _error_rows(bad, None)
     return MappedRecords(records, errors, _empty(source, REFRESHES), {})
 
 
