@@ -302,8 +302,8 @@ class VersioningRun:
         """Map every (source system, source entity) of the run to target entities, in link order.
 
         ``combos``: the run's distinct (source_system, source_entity, refresh) rows; ``default_stats``:
-        ``record_stats`` of the default NGSI entities' records (``default_records``), which name them.
-        Both come from one job (``run``)."""
+        ``record_stats`` of the default NGSI entities' records (``self._default_records``), which name
+        those entities. Both come from one job (``run``)."""
         self._any_refresh = any(r["refresh"] for r in combos)
         if self.batch and self._any_refresh:
             # A refresh deletes every live key it did not name, wherever stored: its hour is folded whole.
