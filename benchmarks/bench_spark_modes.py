@@ -33,7 +33,6 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.machine import describe_machine, stop_cleanly_on_sigterm, write_results  # noqa: E402
 
-WALL = "wall"
 BEGIN = "<!-- bench_spark_modes:begin -->"
 END = "<!-- bench_spark_modes:end -->"
 
@@ -185,6 +184,7 @@ def main() -> int:
             server.wait(timeout=60)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    warm_walls = ", ".join(f"{float(w['wall']):.1f}" for w in warmups)
     rows = [
         "| how | process wall time (median, min-max) | run | steps (median s, slowest first) |",
         "|---|---|---|---|",
@@ -197,7 +197,7 @@ def main() -> int:
             f"Machine: {describe_machine()}; load average {load_before:.1f} before the runs.",
             f"`{args.notifications}` notifications generated, {args.repeat} runs each; "
             f"the server's first {len(warmups)} run(s) (warm-up, not counted) took "
-            f"{', '.join(f'{float(w[WALL]):.1f}' for w in warmups)} s.",
+            f"{warm_walls} s.",
             "",
             *rows,
             END,

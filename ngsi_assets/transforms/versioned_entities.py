@@ -457,10 +457,11 @@ def _error_rows(df: DataFrame, entity_name: str | None) -> DataFrame:
 
     The text names the target entity's record; with ``entity_name`` None (NGSI types no schema entity
     maps), the record's NGSI type, if it has one, and the entity column is null."""
+    # (concat_ws leaves a null type out, separator included.)
     named = (
         F.lit(f"{entity_name} record ")
         if entity_name is not None
-        else F.concat(F.coalesce(F.concat(F.col("source_entity"), F.lit(" ")), F.lit("")), F.lit("record "))
+        else F.concat_ws(" ", "source_entity", F.lit("record "))
     )
     return df.select(
         "message_identifier",
