@@ -68,7 +68,7 @@ from ngsi_assets.transforms.versioned_entities import OPEN_PREFIX, bucket_column
 from resources.history import DEFAULT_SCHEMA
 from resources.lake import LakeResource
 from resources.parallel import DEFAULT_WORKERS, results, side_by_side
-from resources.versioning import VERSIONS_DS, stored_bucket_count
+from resources.versioning import VERSIONS_DS, stored_bucket_count, stored_table_schema
 
 HISTORY_DS = "transaction_history"
 LOG_DS = "transaction_log"
@@ -525,17 +525,21 @@ class HistoryStore:
         """The versions of ``buckets`` a transaction compares with HEAD: their open rows' files where
         they keep them apart (``OPEN_PREFIX``), else the whole bucket. Other rows are left out, so the
         read costs the buckets' keys, not their history; a column only other rows have is null here,
-        and a state leaves nulls out."""
+        and a state leaves nulls out. Read with the table's kept columns (``stored_table_schema``), or
+        for a lake from before they were kept with the files' schemas merged (a Spark job)."""
         names = self.lake.folder_file_names(VERSIONS_DS, BUCKET, buckets, subfolder=folder)
         opened = {b: [n for n in ns if n.startswith(OPEN_PREFIX)] for b, ns in names.items()}
+        schema = stored_table_schema(self.lake, folder)
         parts = [
             self.lake.read_folder_files(
-                self.spark, VERSIONS_DS, BUCKET, {b: ns for b, ns in opened.items() if ns}, None, subfolder=folder
+                self.spark, VERSIONS_DS, BUCKET, {b: ns for b, ns in opened.items() if ns}, schema, subfolder=folder
             )
         ]
         whole = [int(b) for b, ns in opened.items() if not ns]
         if whole:
-            parts.append(self.lake.read_folders(self.spark, VERSIONS_DS, BUCKET, whole, subfolder=folder))
+            parts.append(
+                self.lake.read_folders(self.spark, VERSIONS_DS, BUCKET, whole, subfolder=folder, schema=schema)
+            )
         present = [p for p in parts if p is not None]
         if not present:
             return None

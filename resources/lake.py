@@ -755,15 +755,16 @@ class LakeResource(ConfigurableResource):
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def read_dataset_file(self, dataset: str, name: str) -> str | None:
-        """A small ``_``-file kept at the top of a dataset's folder (a marker, a format note), or None."""
+    def read_dataset_file(self, dataset: str, name: str, *, subfolder: str = "") -> str | None:
+        """A small ``_``-file kept at the top of a dataset's folder, or of one of its subfolders (a marker,
+        a format note), or None."""
         _check_side_file_name(name)
         self.recover(dataset)
-        return self.files().read_text(f"{self.dataset_uri(dataset)}/{name}")
+        return self.files().read_text(f"{self.folder_uri(dataset, subfolder)}/{name}")
 
-    def write_dataset_file(self, dataset: str, name: str, text: str) -> None:
+    def write_dataset_file(self, dataset: str, name: str, text: str, *, subfolder: str = "") -> None:
         _check_side_file_name(name)
-        self.files().write_text(f"{self.dataset_uri(dataset)}/{name}", text)
+        self.files().write_text(f"{self.folder_uri(dataset, subfolder)}/{name}", text)
 
     def folder_uri(self, dataset: str, subfolder: str = "") -> str:
         """The dataset's folder, or a subfolder of it (one table of a multi-table dataset)."""

@@ -6,6 +6,7 @@ import json
 
 from dagster import ConfigurableResource
 from pydantic import Field
+from pyspark.sql.types import StructField, StructType
 
 from ngsi_assets.ngsi.entity_schema import EntitySchema, load_schema
 from resources.lake import LakeResource
@@ -15,6 +16,11 @@ VERSIONS_DS = "versioned_entities"
 DEFAULT_BUCKETS = 64
 # The bucket count the lake's entity tables were written with, written by their first fold.
 BUCKETS_FILE = "_buckets.json"
+# An entity table's columns (``versioned_entities/<entity>/_schema.json``): every column any of its files
+# has, kept by the fold before it writes a file. Readers that do not know the entity's fields (the
+# transaction history) read with it instead of merging the files' Parquet schemas, which is a Spark job
+# reading every file's footer.
+SCHEMA_FILE = "_schema.json"
 
 
 def stored_bucket_count(lake: LakeResource) -> int | None:
@@ -30,6 +36,41 @@ def stored_bucket_count(lake: LakeResource) -> int | None:
             f"{VERSIONS_DS}/{BUCKETS_FILE} does not hold a bucket count ({text[:80]!r}): it should be "
             '{"buckets": N}, N the count the entity tables were written with'
         ) from exc
+
+
+def stored_table_schema(lake: LakeResource, folder: str) -> StructType | None:
+    """The columns of the entity table in ``folder`` (``store_table_schema``), or None when they were
+    never kept (a lake written before they were, or no table yet): then read the files' own schemas.
+    ValueError naming the file if it is unreadable."""
+    text = lake.read_dataset_file(VERSIONS_DS, SCHEMA_FILE, subfolder=folder)
+    if text is None:
+        return None
+    try:
+        schema = StructType.fromJson(json.loads(text))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{VERSIONS_DS}/{folder}/{SCHEMA_FILE} does not hold a table schema ({text[:80]!r}); delete it and "
+            "the next fold of the entity writes it again"
+        ) from exc
+    return schema
+
+
+def store_table_schema(lake: LakeResource, folder: str, schema: StructType) -> StructType:
+    """Keep ``schema`` as the columns of the entity table in ``folder``, with every column kept before
+    that it lacks (as nullable, after its own): files written before still have them, as a merge of the
+    files' schemas would find. Call it before writing files of that schema; returns what was kept. A
+    column's type is the newest one's."""
+    stored = stored_table_schema(lake, folder)
+    names = set(schema.fieldNames())
+    kept = StructType(
+        [
+            *schema.fields,
+            *[StructField(f.name, f.dataType, True) for f in (stored.fields if stored else []) if f.name not in names],
+        ]
+    )
+    if stored is None or kept.json() != stored.json():
+        lake.write_dataset_file(VERSIONS_DS, SCHEMA_FILE, kept.json(), subfolder=folder)
+    return kept
 
 
 class VersioningResource(ConfigurableResource):

@@ -101,7 +101,14 @@ from ngsi_assets.transforms.versioned_entities import (
 from resources.lake import PARTITION_COLUMN, FileSplit, FolderAdd, FolderWrite, LakeResource, key_to_dt
 from resources.parallel import DEFAULT_WORKERS, results, side_by_side
 from resources.spark import collect_small
-from resources.versioning import BUCKETS_FILE, VERSIONS_DS, VersioningResource, stored_bucket_count
+from resources.versioning import (
+    BUCKETS_FILE,
+    VERSIONS_DS,
+    VersioningResource,
+    store_table_schema,
+    stored_bucket_count,
+    stored_table_schema,
+)
 
 GROUP = "entities"
 RECORDS_DS = "entity_records"
@@ -267,11 +274,16 @@ class VersioningRun:
     def fields_of(self, work: EntityWork) -> Fields:
         if work.definition is not None:
             return dict(work.definition.stored_fields)
-        # A default NGSI entity's columns grow with the attributes notified.
-        names: set[str] = set()
-        existing = self.lake.read_folders(self.spark, VERSIONS_DS, BUCKET, None, subfolder=entity_folder(work.name))
-        if existing is not None:
-            names |= {c for c in existing.columns if c not in STANDARD_FIELDS and c != BUCKET}
+        # A default NGSI entity's columns grow with the attributes notified: those its files have (kept
+        # beside them; a lake from before they were kept merges the files' schemas) and the run's.
+        folder = entity_folder(work.name)
+        kept = stored_table_schema(self.lake, folder)
+        if kept is not None:
+            columns = kept.fieldNames()
+        else:
+            existing = self.lake.read_folders(self.spark, VERSIONS_DS, BUCKET, None, subfolder=folder)
+            columns = existing.columns if existing is not None else []
+        names = {c for c in columns if c not in STANDARD_FIELDS and c != BUCKET}
         names |= {n for s in work.stats.values() for n in s.field_names}
         ordered = [*NGSI_KEYS, NGSI_ENTITY_TYPE]
         return {n: None for n in ordered + sorted(names - set(ordered))}
@@ -423,7 +435,9 @@ class VersioningRun:
         refreshes_new = union_all(work.refreshes, REFRESHES, self.spark)
         fields = self.fields_of(work)
 
-        history = self.lake.read_folders(self.spark, REFRESHES_DS, PARTITION_COLUMN, None, subfolder=folder)
+        history = self.lake.read_folders(
+            self.spark, REFRESHES_DS, PARTITION_COLUMN, None, subfolder=folder, schema=REFRESHES
+        )
         refreshes = refreshes_new
         if history is not None:
             if not self.batch:  # the run's hours are replaced; a batch brings no refresh (see ``run``)
@@ -560,7 +574,9 @@ class VersioningRun:
                 ),
             ]
         # Side by side: the fold reads the records that are replaced beside it, and nothing is swapped
-        # in before every write is staged.
+        # in before every write is staged. The table's columns are kept first, so they always cover
+        # its files' (``_open_versions`` of the transaction history reads with them).
+        store_table_schema(self.lake, folder, _table_schema(fields))
         self.lake.replace_together(writes)
 
         # What the invariants check: the rewritten buckets, and of the appended ones the batch's files
