@@ -54,6 +54,13 @@ def spark_home() -> Path:
 # the driver lists them in milliseconds. An object store keeps Spark's way, where the driver would
 # list the prefixes one after the other.
 LOCAL_LISTING = {"spark.sql.sources.parallelPartitionDiscovery.threshold": str(2**31 - 1)}
+# Spark weighs each file a scan reads as its size plus spark.sql.files.openCostInBytes (4 MB by default,
+# the cost of opening a file on HDFS or an object store), so a scan of small files packs at most four
+# into a split of spark.sql.files.maxPartitionBytes (16 MB here): one task per four bucket files, 70
+# tasks in each of two stages of the main job's history compare. A local file opens in microseconds;
+# at 64 KB such a scan packs its small files into a task or two per core (BENCHMARKS.md, "Tasks per
+# small file").
+LOCAL_OPEN_COST = {"spark.sql.files.openCostInBytes": str(64 * 2**10)}
 
 
 def lake_is_local() -> bool:
@@ -81,7 +88,7 @@ def sql_config(shuffle_partitions: int | None = None) -> dict[str, str]:
         "spark.sql.optimizer.enableJsonExpressionOptimization": "false",
         "spark.sql.parquet.compression.codec": "zstd",
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
-        **(LOCAL_LISTING if lake_is_local() else {}),
+        **({**LOCAL_LISTING, **LOCAL_OPEN_COST} if lake_is_local() else {}),
     }
 
 

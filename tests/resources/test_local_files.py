@@ -1,7 +1,8 @@
 """Local lakes are written without Hadoop's ``.crc`` side files, a damaged Parquet page still fails
 the read (``resources.spark.LOCAL_FILES``), drivers whose tasks run in their own JVM create files
 without a ``chmod`` process (``resources.local_fs``), and a read of many folders lists them in the
-driver rather than in a Spark job (``resources.spark.LOCAL_LISTING``)."""
+driver rather than in a Spark job (``resources.spark.LOCAL_LISTING``), and a scan packs many small files
+into a task (``resources.spark.LOCAL_OPEN_COST``)."""
 
 from __future__ import annotations
 
@@ -20,11 +21,12 @@ from pyspark.sql.types import IntegerType, LongType, StructField, StructType
 from ngsi_assets.spark_servers import connect_server_command
 from resources import local_fs
 from resources.lake import LakeResource
-from resources.spark import LOCAL_FILES, LOCAL_LISTING, default_spark_config, lake_is_local
+from resources.spark import LOCAL_FILES, LOCAL_LISTING, LOCAL_OPEN_COST, default_spark_config, lake_is_local
 from tests.support.spark import session_settings
 
 REPO = Path(__file__).resolve().parents[2]
 THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+OPEN_COST = "spark.sql.files.openCostInBytes"
 
 pytestmark = pytest.mark.spark
 
@@ -202,11 +204,38 @@ def test_a_local_lake_lists_many_folders_in_the_driver(spark: SparkSession, tmp_
         assert len(_listing_jobs(spark, lake, 40, "spark-default")) == 1
 
 
+def _scan_tasks(spark: SparkSession, lake: LakeResource, group: str) -> int:
+    """The tasks of a count of every ``things`` folder (the scan's stage and the count's)."""
+    spark.sparkContext.setJobGroup(group, "scan")
+    try:
+        lake.read_folders(spark, "things", "bucket", None, schema=_THINGS).count()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    tracker = spark.sparkContext.statusTracker()
+    stages = [s for j in tracker.getJobIdsForGroup(group) for s in tracker.getJobInfo(j).stageIds]
+    return sum(info.numTasks for info in map(tracker.getStageInfo, stages) if info is not None)
+
+
+def test_a_local_lake_scans_many_small_files_in_few_tasks(spark: SparkSession, tmp_path: Path) -> None:
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    rows = spark.range(640).select((F.col("id") % 64).cast("int").alias("bucket"), F.col("id").alias("v"))
+    lake.replace_folders(rows.repartition(1), "things", "bucket", list(range(64)))
+    assert len(list((tmp_path / "lake").rglob("*.parquet"))) == 64
+    assert spark.conf.get(OPEN_COST) == LOCAL_OPEN_COST[OPEN_COST]
+    # The platform's session (local lake): 64 files of a few hundred bytes in a task or two per core.
+    platform = _scan_tasks(spark, lake, "open-platform")
+    assert platform <= 1 + 2 * spark.sparkContext.defaultParallelism, platform
+    # Spark's default: four files a task, 16 tasks for the scan alone.
+    with session_settings(spark, {OPEN_COST: str(4 * 2**20)}):
+        assert _scan_tasks(spark, lake, "open-spark-default") >= 16
+
+
 def test_only_a_local_lake_changes_how_folders_are_listed(monkeypatch: pytest.MonkeyPatch) -> None:
     for root, local in (("/data/lake", True), ("file:///data/lake", True), ("s3a://bucket/lake", False)):
         monkeypatch.setenv("NGSI_LAKE_ROOT", root)
         assert lake_is_local() is local
-        assert (THRESHOLD in default_spark_config("local[1]")) is local
-        assert (THRESHOLD in default_spark_config(remote="sc://127.0.0.1:15002")) is local
+        for setting in (THRESHOLD, OPEN_COST):
+            assert (setting in default_spark_config("local[1]")) is local
+            assert (setting in default_spark_config(remote="sc://127.0.0.1:15002")) is local
     monkeypatch.delenv("NGSI_LAKE_ROOT")  # the default lake is a local folder
     assert default_spark_config("local[1]")[THRESHOLD] == LOCAL_LISTING[THRESHOLD]
