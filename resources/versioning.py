@@ -46,13 +46,12 @@ def stored_table_schema(lake: LakeResource, folder: str) -> StructType | None:
     if text is None:
         return None
     try:
-        schema = StructType.fromJson(json.loads(text))
+        return StructType.fromJson(json.loads(text))
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(
-            f"{VERSIONS_DS}/{folder}/{SCHEMA_FILE} does not hold a table schema ({text[:80]!r}); delete it and "
-            "the next fold of the entity writes it again"
+            f"{VERSIONS_DS}/{folder}/{SCHEMA_FILE} does not hold a table schema ({text[:80]!r}); delete it: "
+            "the table is then read by merging its files' schemas until the entity's next fold writes it again"
         ) from exc
-    return schema
 
 
 def store_table_schema(lake: LakeResource, folder: str, schema: StructType) -> StructType:
