@@ -481,6 +481,41 @@ def test_a_write_of_several_folders_gives_each_one_file(spark: SparkSession, tmp
     assert lake.read_folders(spark, "many", "bucket", None).count() == 400
 
 
+@pytest.mark.spark
+def test_sorted_writes_keep_each_files_rows_in_order(spark: SparkSession, tmp_path: Path) -> None:
+    """``sort_by``: the rows of every file written, replaced or added, in the order of those columns,
+    whatever order the rows came in; a write split into files of its own is refused."""
+    import pyarrow.parquet as pq
+
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    rows = spark.range(600).select(
+        (F.col("id") % 3).cast("int").alias("bucket"),
+        F.format_string("k%03d", (F.col("id") * 7919) % 600).alias("k"),
+        (F.col("id") % 5).alias("v"),
+    )
+    shuffled = rows.repartition(4, "v")
+    lake.replace_folders(shuffled, "sorted", "bucket", [0, 1, 2], sort_by=("k", "v"))
+    more = spark.range(600, 700).select(
+        (F.col("id") % 2).cast("int").alias("bucket"),
+        F.format_string("k%03d", (F.col("id") * 13) % 700).alias("k"),
+        (F.col("id") % 5).alias("v"),
+    )
+    lake.replace_together([FolderAdd([(more.repartition(3, "v"), "add-")], "sorted", "bucket", [0, 1], sort_by=("k",))])
+    files = sorted((tmp_path / "lake" / "sorted").glob("bucket=*/*.parquet"))
+    assert len(files) == 5, files
+    for f in files:
+        got = [(r["k"], r["v"]) for r in pq.read_table(f).to_pylist()]
+        if f.name.startswith("add-"):  # sorted by k alone
+            got = [k for k, _ in got]
+        assert got == sorted(got), f
+    assert lake.read_folders(spark, "sorted", "bucket", None).count() == 700
+    with pytest.raises(ValueError, match="cannot be sorted"):
+        lake.replace_together(
+            [FolderWrite(rows.withColumn("flag", F.lit(True)), "sorted", "bucket", [0, 1, 2],
+                         split=FileSplit("flag", "open-"), sort_by=("k",))]
+        )  # fmt: skip
+
+
 def _staged(root: Path, dataset: str, name: str, age_s: float = 0.0) -> Path:
     folder = root / STAGING / dataset / name
     folder.mkdir(parents=True)
