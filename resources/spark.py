@@ -87,6 +87,11 @@ def sql_config(shuffle_partitions: int | None = None) -> dict[str, str]:
         # payload is parsed once per column derived from it (measured: 10x slower message_store).
         "spark.sql.optimizer.enableJsonExpressionOptimization": "false",
         "spark.sql.parquet.compression.codec": "zstd",
+        # A filter on a list of up to this many literals is pushed to Parquet value by value, so a page
+        # is read only if it may hold one of them (above the threshold only their min and max are
+        # pushed). The STH documents a batch touched are read that way from their rollup buckets
+        # (``narrowing_filter``, which names at most as many values).
+        "spark.sql.parquet.pushdown.inFilterThreshold": "1000",
         "spark.sql.sources.partitionOverwriteMode": "dynamic",
         **({**LOCAL_LISTING, **LOCAL_OPEN_COST} if lake_is_local() else {}),
     }

@@ -17,7 +17,7 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from ngsi_assets.assets.ingest import ngsi_events
@@ -33,6 +33,7 @@ from ngsi_assets.transforms.sth import (
     DOC_COLUMNS,
     ID_COLUMNS,
     REASON_DELETE,
+    ROLLUP_ORDER,
     SLOT_COLUMNS,
     STATUS_REJECTED,
     STATUS_SAMPLE,
@@ -46,6 +47,8 @@ from ngsi_assets.transforms.sth import (
     compact_rollups,
     day_hour_mismatches,
     documents_of,
+    narrowing_filter,
+    narrowing_values,
     receive_parts,
     rollup_rows,
     sth_partials,
@@ -102,7 +105,7 @@ def _update_rollups(session: SparkSession, lake: LakeResource, keys: list[str], 
                 old = lake.read_folders(session, ROLLUPS, "bucket", buckets, schema=STH_ROLLUPS)
                 if old is not None:
                     merged = old.where(~F.col("part").isin(*receive_parts(dts))).unionByName(rows)
-            lake.replace_folders(merged, ROLLUPS, "bucket", buckets)
+            lake.replace_folders(merged, ROLLUPS, "bucket", buckets, sort_by=ROLLUP_ORDER)
     finally:
         rows.unpersist()
     if not complete:
@@ -115,8 +118,11 @@ def _batch_prefix(batch: str) -> str:
     return f"{BATCH_ROLLUPS_PREFIX}{batch}-"
 
 
-def _add_batch_rollups(session: SparkSession, lake: LakeResource, batch: str, batch_partials: DataFrame) -> list[str]:
-    """Add a batch's rollup rows to the buckets it touches, as files of its own; the buckets.
+def _add_batch_rollups(
+    session: SparkSession, lake: LakeResource, batch: str, batch_partials: DataFrame
+) -> tuple[list[str], Column | None]:
+    """Add a batch's rollup rows to the buckets it touches, as files of its own; the buckets, and the
+    filter that narrows a read of them to the documents the batch touched (``narrowing_filter``).
 
     The batch's second, minute and hour rows are its partials as they are, and its day and month
     rows its partials merged per slot and receive day: with the rows already in the buckets they
@@ -127,9 +133,10 @@ def _add_batch_rollups(session: SparkSession, lake: LakeResource, batch: str, ba
     """
     rows = rollup_rows(batch_partials, batch_partials).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        buckets = sorted(r["bucket"] for r in rows.select("bucket").distinct().collect())
+        found = collect_small(buckets=rows.select("bucket").distinct(), **narrowing_values(rows))
+        buckets = sorted(r["bucket"] for r in found["buckets"])
         if not buckets:
-            return []
+            return [], None
         files = lake.folder_file_names(ROLLUPS, "bucket", buckets)
         full = [
             b
@@ -140,13 +147,15 @@ def _add_batch_rollups(session: SparkSession, lake: LakeResource, batch: str, ba
         if full:
             old = lake.read_folders(session, ROLLUPS, "bucket", full, schema=STH_ROLLUPS)
             assert old is not None, "buckets with files"
-            writes.append(FolderWrite(compact_rollups(old), ROLLUPS, "bucket", full))
+            writes.append(FolderWrite(compact_rollups(old), ROLLUPS, "bucket", full, sort_by=ROLLUP_ORDER))
         prefix = _batch_prefix(batch)
-        writes.append(FolderAdd([(rows, prefix)], ROLLUPS, "bucket", buckets, remove_prefixes=(prefix,)))
+        writes.append(
+            FolderAdd([(rows, prefix)], ROLLUPS, "bucket", buckets, remove_prefixes=(prefix,), sort_by=ROLLUP_ORDER)
+        )
         lake.replace_together(writes)
     finally:
         rows.unpersist()
-    return buckets
+    return buckets, narrowing_filter(found)
 
 
 def _drop_unfinished_rollups(session: SparkSession, lake: LakeResource, key: str, plan: FoldPlan) -> None:
@@ -317,9 +326,10 @@ def _materialize(
     finally:
         classified.unpersist()
     # The documents the new partials touch (a batch's own, or the hours' with their tombstones).
+    narrowing = None
     if batch is not None and lake.read_dataset_file(ROLLUPS, ROLLUPS_COMPLETE) is not None:
         new_partials = lake.read_increment(session, PARTIALS, STH_PARTIALS, keys[0], batch)
-        rollups_built = _add_batch_rollups(session, lake, batch, new_partials)
+        rollups_built, narrowing = _add_batch_rollups(session, lake, batch, new_partials)
     else:
         run_partials = lake.read(session, PARTIALS, STH_PARTIALS, keys)
         rollups_built = _update_rollups(session, lake, keys, run_partials)
@@ -330,6 +340,8 @@ def _materialize(
     stored = lake.read_folders(session, ROLLUPS, "bucket", rollups_built, schema=STH_ROLLUPS)
     if stored is None:
         stored = session.createDataFrame([], STH_ROLLUPS)
+    elif narrowing is not None:
+        stored = stored.where(narrowing)
     documents = build_documents(documents_of(stored, touched), config, int(now.timestamp() * 1000), order="part")
     documents = documents.persist(StorageLevel.MEMORY_AND_DISK)
     try:

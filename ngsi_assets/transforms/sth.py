@@ -12,8 +12,9 @@ partials sorted by partition (across partitions), so the same lake gives the sam
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping, Sequence
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -374,6 +375,42 @@ def documents_of(partials: DataFrame, keys: DataFrame) -> DataFrame:
     """The rows of ``partials`` (any hour) whose document (DOC_COLUMNS) is among ``keys``."""
     keys = keys.select(*DOC_COLUMNS).distinct()
     return partials.alias("p").join(keys.alias("k"), _null_safe_cond("p", "k", DOC_COLUMNS), "left_semi")
+
+
+# A derived run rebuilds the documents its batch touched from their rollup buckets, and a bucket holds
+# every document of its range (a second or minute bucket: the whole hour's). The rollups are written
+# in document order (``ROLLUP_ORDER``), so a read filtered by the touched documents' collections and
+# entity ids, as literal values, skips the Parquet pages of other documents, and the semi-join that
+# finds the documents (``documents_of``) sees their rows only: its cost follows the batch, not the
+# hour. One column alone would not do for every data model: per entity, each entity has a collection
+# of its own; per service path, the entity id tells them apart. More values than this are not named
+# (the read is then of the whole buckets, as the batch touches much of them anyway).
+ROLLUP_ORDER = SLOT_COLUMNS
+NARROWING_COLUMNS = ("collection", "idEntityId")
+MAX_NARROWING_VALUES = 1000
+
+
+def narrowing_values(documents: DataFrame) -> dict[str, DataFrame]:
+    """Per column of ``NARROWING_COLUMNS``, its distinct values among ``documents``: at most
+    ``MAX_NARROWING_VALUES`` + 1 rows each (a frame small by construction, to collect)."""
+    return {c: documents.select(c).distinct().limit(MAX_NARROWING_VALUES + 1) for c in NARROWING_COLUMNS}
+
+
+def narrowing_filter(values: Mapping[str, Sequence[Row]]) -> Column | None:
+    """A filter keeping every row whose ``NARROWING_COLUMNS`` values are among ``values`` (the rows
+    ``narrowing_values`` gave, by column; a null among them keeps the nulls). A column with more than
+    ``MAX_NARROWING_VALUES`` values is left out; None when both are."""
+    conditions = []
+    for column in NARROWING_COLUMNS:
+        found = [r[0] for r in values.get(column, [])]
+        if len(found) > MAX_NARROWING_VALUES:
+            continue
+        named = sorted({v for v in found if v is not None})
+        condition = F.col(column).isin(named) if named else F.lit(False)
+        if len(named) < len(found):
+            condition = condition | F.col(column).isNull()
+        conditions.append(condition)
+    return functools.reduce(lambda a, b: a & b, conditions) if conditions else None
 
 
 def merge_partials(partials: DataFrame, order: str = "dt", by: tuple[str, ...] = ()) -> DataFrame:

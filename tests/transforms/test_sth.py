@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -14,6 +15,7 @@ from ngsi_assets.ngsi.sth_config import STHConfig
 from ngsi_assets.sinks.sth_mongo import to_document
 from ngsi_assets.transforms import sth
 from ngsi_assets.transforms.schemas import NGSI_EVENTS
+from resources.spark import sql_config
 
 INF = float("inf")
 
@@ -487,6 +489,64 @@ def test_bucket_of_each_resolution(spark: SparkSession) -> None:
         "second-2026-03-01T10", "minute-2026-03-01T10", "hour-2026-03-01", "day-2026-03", "month-2026",
         "hour-1969-12-31",
     ]  # fmt: skip
+
+
+def test_narrowing_keeps_every_row_of_the_documents_named_and_few_others(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The filter from some documents' collections and entity ids keeps every row of those documents
+    (null ids too) and drops rows of collections or ids not among them; a column with too many values
+    to name is left out of it."""
+    rows = [
+        ("db", "sth_/a", "e1", "T", "x"),  # per service path: the id tells entities apart
+        ("db", "sth_/a", "e2", "T", "x"),
+        ("db", "sth_/a", None, None, "x"),  # per entity or attribute: no ids in the document
+        ("db", "sth_/a_e3_T", None, None, "x"),
+        ("db", "sth_/a_e4_T", None, None, "x"),
+        ("db", "sth_/b", "e1", "T", "x"),
+    ]
+    table = spark.createDataFrame(rows, ", ".join(f"{c} string" for c in sth.ID_COLUMNS))
+
+    def kept(named: list[int]) -> list[tuple]:
+        documents = table.where(F.col("idAttrName").isNull())  # no rows: only the frames' shape
+        for i in named:
+            documents = documents.unionByName(table.where(_row_is(rows[i])))
+        values = {c: df.collect() for c, df in sth.narrowing_values(documents).items()}
+        narrowing = sth.narrowing_filter(values)
+        assert narrowing is not None
+        return _in_order(tuple(r) for r in table.where(narrowing).collect())
+
+    assert kept([0]) == [rows[0]]
+    assert kept([0, 5]) == _in_order([rows[0], rows[5]])
+    assert kept([2, 3]) == _in_order([rows[2], rows[3]])
+    # sth_/a with e2, and sth_/a_e4_T with no id: a superset (sth_/a with no id too), never fewer.
+    assert kept([1, 4]) == _in_order([rows[1], rows[2], rows[4]])
+    assert kept([]) == []
+    monkeypatch.setattr(sth, "MAX_NARROWING_VALUES", 1)
+    values = {
+        c: df.collect() for c, df in sth.narrowing_values(table.where(_row_is(rows[0]) | _row_is(rows[1]))).items()
+    }
+    narrowing = sth.narrowing_filter(values)  # two ids: only the collection is named
+    assert narrowing is not None
+    assert _in_order(tuple(r) for r in table.where(narrowing).collect()) == _in_order(rows[:3])
+    values = {c: df.collect() for c, df in sth.narrowing_values(table).items()}
+    assert sth.narrowing_filter(values) is None
+
+
+def test_parquet_is_asked_for_every_value_the_narrowing_names() -> None:
+    """Spark pushes an IN filter to Parquet value by value only up to its threshold (above it, only
+    the min and max): the platform's threshold covers every value ``narrowing_filter`` names."""
+    assert int(sql_config()["spark.sql.parquet.pushdown.inFilterThreshold"]) >= sth.MAX_NARROWING_VALUES
+
+
+def _in_order(rows: Any) -> list[tuple]:
+    return sorted(rows, key=lambda r: tuple((v is not None, v or "") for v in r))
+
+
+def _row_is(row: tuple) -> Any:
+    return functools.reduce(
+        lambda a, b: a & b, [F.col(c).eqNullSafe(F.lit(v)) for c, v in zip(sth.ID_COLUMNS, row, strict=True)]
+    )
 
 
 def test_documents_from_rollups_equal_documents_from_partials(spark: SparkSession) -> None:
