@@ -60,7 +60,7 @@ from ngsi_assets.transforms.sth import (
 from resources.lake import FolderAdd, FolderWrite, LakeResource, key_to_dt
 from resources.mongo import MongoResource
 from resources.parallel import results, side_by_side
-from resources.spark import collect_small, row_count
+from resources.spark import collect_small, computed_once, row_count
 from resources.sth_mongo import STHSinkResource
 
 GROUP = "sth"
@@ -131,7 +131,8 @@ def _add_batch_rollups(
     that already holds ``MAX_BATCH_ROLLUPS`` batches' files is compacted first, in the same write:
     its rows merged per slot and part into one file (the same documents).
     """
-    rows = rollup_rows(batch_partials, batch_partials).persist(StorageLevel.MEMORY_AND_DISK)
+    # Computed once (two consumers): a later plan over them is a reference, not the rollup plan again.
+    (rows,) = computed_once(rollup_rows(batch_partials, batch_partials))
     try:
         found = collect_small(buckets=rows.select("bucket").distinct(), **narrowing_values(rows))
         buckets = sorted(r["bucket"] for r in found["buckets"])
@@ -154,7 +155,7 @@ def _add_batch_rollups(
         )
         lake.replace_together(writes)
     finally:
-        rows.unpersist()
+        del rows  # the kept rows are released with their last reference
     return buckets, narrowing_filter(found)
 
 
@@ -293,8 +294,10 @@ def _materialize(
         _drop_unfinished_rollups(session, lake, keys[0], plan)
         plan.drop_unfinished_batches(lake, (PARTIALS, REJECTS))
     events = plan.read(lake, session, "ngsi_events", NGSI_EVENTS)
-    # Three consumers (rejects, partials, counts): classify (and name) each event once.
-    classified = classify_events(events, config).persist(StorageLevel.MEMORY_AND_DISK)
+    # Three consumers (rejects, partials, counts): classify (and name) each event once, in one job of its
+    # own (``computed_once``): through Spark Connect a persisted frame's plan is analysed again by
+    # every job that reads it.
+    (classified,) = computed_once(classify_events(events, config))
     try:
         deletes = F.when(F.col("reason") == REASON_DELETE, F.lit("delete")).otherwise(F.col("status"))
         by_status = {r["fate"]: int(r["count"]) for r in classified.groupBy(deletes.alias("fate")).count().collect()}
@@ -324,7 +327,7 @@ def _materialize(
                 ]
             )
     finally:
-        classified.unpersist()
+        del classified
     # The documents the new partials touch (a batch's own, or the hours' with their tombstones).
     narrowing = None
     if batch is not None and lake.read_dataset_file(ROLLUPS, ROLLUPS_COMPLETE) is not None:
@@ -343,7 +346,7 @@ def _materialize(
     elif narrowing is not None:
         stored = stored.where(narrowing)
     documents = build_documents(documents_of(stored, touched), config, int(now.timestamp() * 1000), order="part")
-    documents = documents.persist(StorageLevel.MEMORY_AND_DISK)
+    (documents,) = computed_once(documents)
     try:
         both = Resolution.DAY in config.resolutions and Resolution.HOUR in config.resolutions
         by_database_action, checks = _find(documents, both)
@@ -380,7 +383,7 @@ def _materialize(
                 "publish_skipped": "MongoDB not configured (set NGSI_MONGO_URL): lake aggregates only",
             }
     finally:
-        documents.unpersist()
+        del documents
 
     reject_rows = by_status.get(STATUS_REJECTED, 0)
     return MaterializeResult(

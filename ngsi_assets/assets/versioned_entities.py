@@ -100,7 +100,7 @@ from ngsi_assets.transforms.versioned_entities import (
 )
 from resources.lake import PARTITION_COLUMN, FileSplit, FolderAdd, FolderWrite, LakeResource, key_to_dt
 from resources.parallel import DEFAULT_WORKERS, results, side_by_side
-from resources.spark import collect_small
+from resources.spark import collect_small, computed_once
 from resources.versioning import (
     BUCKETS_FILE,
     VERSIONS_DS,
@@ -367,8 +367,7 @@ class VersioningRun:
     def _bucketed(self, records: DataFrame) -> DataFrame:
         """The run's records of some entities with their bucket, cached to the run's end (the message log
         and the record index read them again)."""
-        bucketed = records.withColumn(BUCKET, bucket_column(F.col("guid"), self.buckets)).persist()
-        self._persisted.append(bucketed)
+        (bucketed,) = computed_once(records.withColumn(BUCKET, bucket_column(F.col("guid"), self.buckets)))
         self._new_records.append(bucketed)
         self._index_rows.append(bucketed.select("entity", BUCKET, PARTITION_COLUMN).distinct())
         return bucketed
@@ -480,8 +479,7 @@ class VersioningRun:
                 # With them, keys never stored (new cars): their new records are all their records.
                 after = keys_after_their_marks(marks, new, latest).withColumn("_new", F.lit(False))
                 never = keys_never_stored(marks, new, latest).withColumn("_new", F.lit(True))
-                both = after.unionByName(never).persist()
-                self._persisted.append(both)
+                (both,) = computed_once(after.unionByName(never))
                 counts = {r["_new"]: int(r["count"]) for r in both.groupBy("_new").count().collect()}
                 from_latest, new_keys = counts.get(False, 0), counts.get(True, 0)
                 on_top = both.select("guid")
@@ -518,8 +516,7 @@ class VersioningRun:
         versions = typed_versions(fold_versions(to_fold, starts), fields)
         if appendable:
             # Written as two adds (closed versions, open rows) and maybe a rewrite: folded once.
-            versions = versions.persist()
-            self._persisted.append(versions)
+            (versions,) = computed_once(versions)
         writes: list[FolderWrite | FolderAdd] = []
         if marks is not None:  # the first write: committed before the records
             new_marks = merged_marks([marks, record_marks(new.select(*ENTITY_RECORDS.fieldNames()))])
@@ -768,127 +765,116 @@ class VersioningRun:
         """Process the run's hours; returns each entity's outcome, the message log written and its
         messages per status."""
         check_bucket_count(self.lake, self.buckets)
-        self._persisted: list[DataFrame] = []
         self._new_records: list[DataFrame] = []
         self._index_rows: list[DataFrame] = []
         self._invariants: list[DataFrame] = []
         # Child source records, by child entity, produced while mapping their parents.
         self._children: dict[str, list[tuple[DataFrame, str | None, EntityMapping]]] = {}
-        try:
-            no_clashes = F.array().cast("array<string>")
-            datahub = datahub_source_records(messages).withColumn("clashes", no_clashes)
-            csv_records, csv_errors = csv_source_records(messages, self.schema.csv_systems())
-            source = (
-                datahub.unionByName(csv_records.withColumn("clashes", no_clashes))
-                .unionByName(ngsi_source_records(events))
-                .persist()
+        no_clashes = F.array().cast("array<string>")
+        datahub = datahub_source_records(messages).withColumn("clashes", no_clashes)
+        csv_records, csv_errors = csv_source_records(messages, self.schema.csv_systems())
+        source = datahub.unionByName(csv_records.withColumn("clashes", no_clashes)).unionByName(
+            ngsi_source_records(events)
+        )
+        (source,) = computed_once(source)
+        (refreshing,) = computed_once(refresh_messages(messages))
+        if self.batch:  # the messages whose earlier records a batch replaces
+            self._batch_messages = source.select("message_identifier").distinct()
+        # The buckets each entity's records of the run's hours were in (one small read for all
+        # entities); a batch only adds to the hour.
+        self._old_buckets: dict[str, set[int]] = {}
+        for r in [] if self.batch else self._indexed().select("entity", BUCKET).distinct().collect():
+            self._old_buckets.setdefault(r["entity"], set()).add(r[BUCKET])
+        # The default NGSI entities' records (every NGSI type the schema does not map, in one pass),
+        # cached; the run's (source system, source entity) pairs and those records' counts per entity
+        # and bucket come from one job: which entities the run touches, and where.
+        mapped = self.schema.mapped_source_entities(NGSI_SOURCE_SYSTEM)
+        unmapped = F.col("source_entity").isNull() | (~F.col("source_entity").isin(mapped) if mapped else F.lit(True))
+        defaults = map_ngsi_default(source.where((F.col("source_system") == NGSI_SOURCE_SYSTEM) & unmapped))
+        self._default_records = self._bucketed(union_all([defaults.records], _RECORDS_NO_BUCKET, self.spark))
+        found = collect_small(
+            combos=source.select("source_system", "source_entity", F.lit(False).alias("refresh"))
+            .union(refreshing.select("source_system", "source_entity", F.lit(True).alias("refresh")))
+            .distinct(),
+            stats=record_stats(self._default_records, BUCKET),
+        )
+        works, errors = self.plan(found["combos"], source, refreshing, found["stats"])
+        errors.append(defaults.errors)
+        if self.batch:
+            parents = sorted(
+                name
+                for name, pending in self._pending.items()
+                if pending and any(f.type == "children" for f in self.schema.entities[name].fields.values())
             )
-            refreshing = refresh_messages(messages).persist()
-            self._persisted += [source, refreshing]
-            if self.batch:  # the messages whose earlier records a batch replaces
-                self._batch_messages = source.select("message_identifier").distinct()
-            # The buckets each entity's records of the run's hours were in (one small read for all
-            # entities); a batch only adds to the hour.
-            self._old_buckets: dict[str, set[int]] = {}
-            for r in [] if self.batch else self._indexed().select("entity", BUCKET).distinct().collect():
-                self._old_buckets.setdefault(r["entity"], set()).add(r[BUCKET])
-            # The default NGSI entities' records (every NGSI type the schema does not map, in one pass),
-            # cached; the run's (source system, source entity) pairs and those records' counts per entity
-            # and bucket come from one job: which entities the run touches, and where.
-            mapped = self.schema.mapped_source_entities(NGSI_SOURCE_SYSTEM)
-            unmapped = F.col("source_entity").isNull() | (
-                ~F.col("source_entity").isin(mapped) if mapped else F.lit(True)
-            )
-            defaults = map_ngsi_default(source.where((F.col("source_system") == NGSI_SOURCE_SYSTEM) & unmapped))
-            self._default_records = self._bucketed(union_all([defaults.records], _RECORDS_NO_BUCKET, self.spark))
-            found = collect_small(
-                combos=source.select("source_system", "source_entity", F.lit(False).alias("refresh"))
-                .union(refreshing.select("source_system", "source_entity", F.lit(True).alias("refresh")))
-                .distinct(),
-                stats=record_stats(self._default_records, BUCKET),
-            )
-            works, errors = self.plan(found["combos"], source, refreshing, found["stats"])
-            errors.append(defaults.errors)
-            if self.batch:
-                parents = sorted(
-                    name
-                    for name, pending in self._pending.items()
-                    if pending and any(f.type == "children" for f in self.schema.entities[name].fields.values())
-                )
-                if parents:
-                    # Each parent record replaces its children (a child refresh, kept with the hour's refreshes).
-                    raise WholeHourNeeded(f"records of {', '.join(parents)}, whose children they replace")
-            errors.append(csv_errors)
-            defined = [w for w in works if w.definition is not None]
+            if parents:
+                # Each parent record replaces its children (a child refresh, kept with the hour's refreshes).
+                raise WholeHourNeeded(f"records of {', '.join(parents)}, whose children they replace")
+        errors.append(csv_errors)
+        defined = [w for w in works if w.definition is not None]
 
-            def in_link_order() -> list[EntityOutcome | None]:
-                # A schema entity reads the tables of the entities it links to, and its children come
-                # from its parent's mapping: one after the other.
-                out = []
-                for work in defined:
-                    self.map_defined(work, errors)
-                    out.append(self.process(work))
-                return out
+        def in_link_order() -> list[EntityOutcome | None]:
+            # A schema entity reads the tables of the entities it links to, and its children come
+            # from its parent's mapping: one after the other.
+            out = []
+            for work in defined:
+                self.map_defined(work, errors)
+                out.append(self.process(work))
+            return out
 
-            # Default NGSI entities depend on nothing but their own records: each beside the others and
-            # beside the schema's chain (their small jobs overlap rather than queue).
-            done = results(
+        # Default NGSI entities depend on nothing but their own records: each beside the others and
+        # beside the schema's chain (their small jobs overlap rather than queue).
+        done = results(
+            side_by_side(
+                [in_link_order, *[functools.partial(self.process, w) for w in works if w.definition is None]],
+                name="entity",
+                workers=self.workers,
+            )
+        )
+        outcomes = [o for o in [*done[0], *done[1:]] if o is not None]
+        all_records = [r.where(F.col("op") != SEEN).select("message_identifier") for r in self._new_records]
+
+        (errors_df,) = computed_once(union_all(errors, RECORD_ERRORS, self.spark))
+        processed = (
+            source.select("message_identifier", PARTITION_COLUMN)
+            .union(csv_errors.select("message_identifier", PARTITION_COLUMN))
+            .union(refreshing.select("message_identifier", PARTITION_COLUMN))
+            .distinct()
+        )
+        records_df = union_all(all_records, _MESSAGE_IDS, self.spark)
+        log = message_log(processed, records_df, errors_df)
+        index = union_all(self._index_rows, INDEX_DT, self.spark)
+        if self.batch:
+            # Added to the hour as the batch's files: a rerun of the batch replaces exactly them.
+            key, batch = self.keys[0], self.batch
+            results(
                 side_by_side(
-                    [in_link_order, *[functools.partial(self.process, w) for w in works if w.definition is None]],
-                    name="entity",
-                    workers=self.workers,
-                )
-            )
-            outcomes = [o for o in [*done[0], *done[1:]] if o is not None]
-            all_records = [r.where(F.col("op") != SEEN).select("message_identifier") for r in self._new_records]
-
-            errors_df = union_all(errors, RECORD_ERRORS, self.spark).persist()
-            self._persisted.append(errors_df)
-            processed = (
-                source.select("message_identifier", PARTITION_COLUMN)
-                .union(csv_errors.select("message_identifier", PARTITION_COLUMN))
-                .union(refreshing.select("message_identifier", PARTITION_COLUMN))
-                .distinct()
-            )
-            records_df = union_all(all_records, _MESSAGE_IDS, self.spark)
-            log = message_log(processed, records_df, errors_df)
-            index = union_all(self._index_rows, INDEX_DT, self.spark)
-            if self.batch:
-                # Added to the hour as the batch's files: a rerun of the batch replaces exactly them.
-                key, batch = self.keys[0], self.batch
-                results(
-                    side_by_side(
-                        [
-                            functools.partial(self.lake.append_increment, df, ds, key, batch)
-                            for df, ds in ((errors_df, ERRORS_DS), (log, LOG_DS), (index, INDEX_DS))
-                        ],
-                        name="lake-append",
-                        workers=3,
-                    )
-                )
-                written = self.lake.read_increment(self.spark, LOG_DS, MESSAGE_LOG, key, batch)
-            else:
-                # Three small writes, latency rather than work: side by side.
-                self.lake.replace_together(
                     [
-                        FolderWrite.hours(errors_df, ERRORS_DS, self.keys),
-                        FolderWrite.hours(log, LOG_DS, self.keys),
-                        FolderWrite.hours(index, INDEX_DS, self.keys),
-                    ]
+                        functools.partial(self.lake.append_increment, df, ds, key, batch)
+                        for df, ds in ((errors_df, ERRORS_DS), (log, LOG_DS), (index, INDEX_DS))
+                    ],
+                    name="lake-append",
+                    workers=3,
                 )
-                written = self.lake.read(self.spark, LOG_DS, MESSAGE_LOG, self.keys)
-            # The rewritten buckets' invariants (every entity's) and the log's statuses: one job.
-            found = collect_small(
-                statuses=written.groupBy("status").count(),
-                **({"invariants": invariants_per_entity(self._invariants)} if self._invariants else {}),
             )
-            counts = invariant_values(found.get("invariants", []))
-            outcomes = [replace(o, **counts.get(o.name, {})) for o in outcomes]
-            return RunOutput(outcomes, written, {str(r["status"]): int(r["count"]) for r in found["statuses"]})
-        finally:
-            # Also on failure: a run in a long-lived session (tests, notebooks) must not leak cache.
-            for frame in self._persisted:
-                frame.unpersist()
+            written = self.lake.read_increment(self.spark, LOG_DS, MESSAGE_LOG, key, batch)
+        else:
+            # Three small writes, latency rather than work: side by side.
+            self.lake.replace_together(
+                [
+                    FolderWrite.hours(errors_df, ERRORS_DS, self.keys),
+                    FolderWrite.hours(log, LOG_DS, self.keys),
+                    FolderWrite.hours(index, INDEX_DS, self.keys),
+                ]
+            )
+            written = self.lake.read(self.spark, LOG_DS, MESSAGE_LOG, self.keys)
+        # The rewritten buckets' invariants (every entity's) and the log's statuses: one job.
+        found = collect_small(
+            statuses=written.groupBy("status").count(),
+            **({"invariants": invariants_per_entity(self._invariants)} if self._invariants else {}),
+        )
+        counts = invariant_values(found.get("invariants", []))
+        outcomes = [replace(o, **counts.get(o.name, {})) for o in outcomes]
+        return RunOutput(outcomes, written, {str(r["status"]): int(r["count"]) for r in found["statuses"]})
 
 
 class WholeHourNeeded(Exception):
