@@ -131,31 +131,26 @@ def _add_batch_rollups(
     that already holds ``MAX_BATCH_ROLLUPS`` batches' files is compacted first, in the same write:
     its rows merged per slot and part into one file (the same documents).
     """
-    # Computed once (two consumers): a later plan over them is a reference, not the rollup plan again.
+    # Two consumers (the buckets and narrowing values, the write): computed once.
     (rows,) = computed_once(rollup_rows(batch_partials, batch_partials))
-    try:
-        found = collect_small(buckets=rows.select("bucket").distinct(), **narrowing_values(rows))
-        buckets = sorted(r["bucket"] for r in found["buckets"])
-        if not buckets:
-            return [], None
-        files = lake.folder_file_names(ROLLUPS, "bucket", buckets)
-        full = [
-            b
-            for b, names in files.items()
-            if sum(n.startswith(BATCH_ROLLUPS_PREFIX) for n in names) >= MAX_BATCH_ROLLUPS
-        ]
-        writes: list[FolderWrite | FolderAdd] = []
-        if full:
-            old = lake.read_folders(session, ROLLUPS, "bucket", full, schema=STH_ROLLUPS)
-            assert old is not None, "buckets with files"
-            writes.append(FolderWrite(compact_rollups(old), ROLLUPS, "bucket", full, sort_by=ROLLUP_ORDER))
-        prefix = _batch_prefix(batch)
-        writes.append(
-            FolderAdd([(rows, prefix)], ROLLUPS, "bucket", buckets, remove_prefixes=(prefix,), sort_by=ROLLUP_ORDER)
-        )
-        lake.replace_together(writes)
-    finally:
-        del rows  # the kept rows are released with their last reference
+    found = collect_small(buckets=rows.select("bucket").distinct(), **narrowing_values(rows))
+    buckets = sorted(r["bucket"] for r in found["buckets"])
+    if not buckets:
+        return [], None
+    files = lake.folder_file_names(ROLLUPS, "bucket", buckets)
+    full = [
+        b for b, names in files.items() if sum(n.startswith(BATCH_ROLLUPS_PREFIX) for n in names) >= MAX_BATCH_ROLLUPS
+    ]
+    writes: list[FolderWrite | FolderAdd] = []
+    if full:
+        old = lake.read_folders(session, ROLLUPS, "bucket", full, schema=STH_ROLLUPS)
+        assert old is not None, "buckets with files"
+        writes.append(FolderWrite(compact_rollups(old), ROLLUPS, "bucket", full, sort_by=ROLLUP_ORDER))
+    prefix = _batch_prefix(batch)
+    writes.append(
+        FolderAdd([(rows, prefix)], ROLLUPS, "bucket", buckets, remove_prefixes=(prefix,), sort_by=ROLLUP_ORDER)
+    )
+    lake.replace_together(writes)
     return buckets, narrowing_filter(found)
 
 
@@ -294,40 +289,35 @@ def _materialize(
         _drop_unfinished_rollups(session, lake, keys[0], plan)
         plan.drop_unfinished_batches(lake, (PARTIALS, REJECTS))
     events = plan.read(lake, session, "ngsi_events", NGSI_EVENTS)
-    # Three consumers (rejects, partials, counts): classify (and name) each event once, in one job of its
-    # own (``computed_once``): through Spark Connect a persisted frame's plan is analysed again by
-    # every job that reads it.
+    # Three consumers (rejects, partials, counts): classify (and name) each event once.
     (classified,) = computed_once(classify_events(events, config))
-    try:
-        deletes = F.when(F.col("reason") == REASON_DELETE, F.lit("delete")).otherwise(F.col("status"))
-        by_status = {r["fate"]: int(r["count"]) for r in classified.groupBy(deletes.alias("fate")).count().collect()}
-        partials = sth_partials(classified, config.resolutions)
-        if batch is not None:
-            # The batch's own files beside the hour's: partials of one slot from several batches are
-            # merged wherever partials are read (``merge_partials``); a rerun replaces exactly them.
-            key, no_rejects = keys[0], not by_status.get(STATUS_REJECTED)
-            results(
-                side_by_side(
-                    [
-                        functools.partial(
-                            lake.append_increment, sth_rejects(classified), REJECTS, key, batch, empty=no_rejects
-                        ),
-                        functools.partial(lake.append_increment, partials, PARTIALS, key, batch),
-                    ],
-                    name="lake-append",
-                    workers=2,
-                )
-            )
-        else:
-            old = lake.read(session, PARTIALS, STH_PARTIALS, keys)
-            lake.replace_together(
+    deletes = F.when(F.col("reason") == REASON_DELETE, F.lit("delete")).otherwise(F.col("status"))
+    by_status = {r["fate"]: int(r["count"]) for r in classified.groupBy(deletes.alias("fate")).count().collect()}
+    partials = sth_partials(classified, config.resolutions)
+    if batch is not None:
+        # The batch's own files beside the hour's: partials of one slot from several batches are
+        # merged wherever partials are read (``merge_partials``); a rerun replaces exactly them.
+        key, no_rejects = keys[0], not by_status.get(STATUS_REJECTED)
+        results(
+            side_by_side(
                 [
-                    FolderWrite.hours(sth_rejects(classified), REJECTS, keys),
-                    FolderWrite.hours(with_tombstones(partials, old), PARTIALS, keys),
-                ]
+                    functools.partial(
+                        lake.append_increment, sth_rejects(classified), REJECTS, key, batch, empty=no_rejects
+                    ),
+                    functools.partial(lake.append_increment, partials, PARTIALS, key, batch),
+                ],
+                name="lake-append",
+                workers=2,
             )
-    finally:
-        del classified
+        )
+    else:
+        old = lake.read(session, PARTIALS, STH_PARTIALS, keys)
+        lake.replace_together(
+            [
+                FolderWrite.hours(sth_rejects(classified), REJECTS, keys),
+                FolderWrite.hours(with_tombstones(partials, old), PARTIALS, keys),
+            ]
+        )
     # The documents the new partials touch (a batch's own, or the hours' with their tombstones).
     narrowing = None
     if batch is not None and lake.read_dataset_file(ROLLUPS, ROLLUPS_COMPLETE) is not None:
@@ -347,43 +337,40 @@ def _materialize(
         stored = stored.where(narrowing)
     documents = build_documents(documents_of(stored, touched), config, int(now.timestamp() * 1000), order="part")
     (documents,) = computed_once(documents)
-    try:
-        both = Resolution.DAY in config.resolutions and Resolution.HOUR in config.resolutions
-        by_database_action, checks = _find(documents, both)
-        by_action: dict[str, int] = {}
-        for r in by_database_action:
-            by_action[r["action"]] = by_action.get(r["action"], 0) + int(r["count"])
+    both = Resolution.DAY in config.resolutions and Resolution.HOUR in config.resolutions
+    by_database_action, checks = _find(documents, both)
+    by_action: dict[str, int] = {}
+    for r in by_database_action:
+        by_action[r["action"]] = by_action.get(r["action"], 0) + int(r["count"])
 
-        publish: dict[str, object]
-        if sth.mongo_url:
-            # Ping first: an unreachable server fails the run with a clear message before Spark starts writing.
-            # Collections that exist already have their index: only new ones get it (one call each).
-            databases = {r["database"] for r in by_database_action}
-            with MongoResource(url=sth.mongo_url).client() as client:
-                before = existing_collections(client, databases)
-            written = publish_documents(documents, sth.mongo_url, config)
-            with MongoResource(url=sth.mongo_url).client() as client:
-                ensure_aggregate_indexes(client, set(written) - before, config)
-                expired = expire_documents(client, config, now)
-            per_collection = {
-                f"{db}.{coll}": {"replaced": rep, "deleted": dele}
-                for (db, coll), (rep, dele) in sorted(written.items())[:MAX_LISTED_COLLECTIONS]
-            }
-            publish = {
-                "published": True,
-                "collections_written": len(written),
-                "documents_replaced": sum(v[0] for v in written.values()),
-                "documents_deleted": sum(v[1] for v in written.values()),
-                "documents_written_per_collection": MetadataValue.json(per_collection),
-                "documents_expired": sum(expired.values()),
-            }
-        else:
-            publish = {
-                "published": False,
-                "publish_skipped": "MongoDB not configured (set NGSI_MONGO_URL): lake aggregates only",
-            }
-    finally:
-        del documents
+    publish: dict[str, object]
+    if sth.mongo_url:
+        # Ping first: an unreachable server fails the run with a clear message before Spark starts writing.
+        # Collections that exist already have their index: only new ones get it (one call each).
+        databases = {r["database"] for r in by_database_action}
+        with MongoResource(url=sth.mongo_url).client() as client:
+            before = existing_collections(client, databases)
+        written = publish_documents(documents, sth.mongo_url, config)
+        with MongoResource(url=sth.mongo_url).client() as client:
+            ensure_aggregate_indexes(client, set(written) - before, config)
+            expired = expire_documents(client, config, now)
+        per_collection = {
+            f"{db}.{coll}": {"replaced": rep, "deleted": dele}
+            for (db, coll), (rep, dele) in sorted(written.items())[:MAX_LISTED_COLLECTIONS]
+        }
+        publish = {
+            "published": True,
+            "collections_written": len(written),
+            "documents_replaced": sum(v[0] for v in written.values()),
+            "documents_deleted": sum(v[1] for v in written.values()),
+            "documents_written_per_collection": MetadataValue.json(per_collection),
+            "documents_expired": sum(expired.values()),
+        }
+    else:
+        publish = {
+            "published": False,
+            "publish_skipped": "MongoDB not configured (set NGSI_MONGO_URL): lake aggregates only",
+        }
 
     reject_rows = by_status.get(STATUS_REJECTED, 0)
     return MaterializeResult(

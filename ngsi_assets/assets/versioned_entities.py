@@ -365,8 +365,8 @@ class VersioningRun:
         return [*[works[n] for n in order], *defaults], errors
 
     def _bucketed(self, records: DataFrame) -> DataFrame:
-        """The run's records of some entities with their bucket, cached to the run's end (the message log
-        and the record index read them again)."""
+        """The run's records of some entities with their bucket, computed once and kept to the run's end
+        (the message log and the record index read them again)."""
         (bucketed,) = computed_once(records.withColumn(BUCKET, bucket_column(F.col("guid"), self.buckets)))
         self._new_records.append(bucketed)
         self._index_rows.append(bucketed.select("entity", BUCKET, PARTITION_COLUMN).distinct())
@@ -773,10 +773,9 @@ class VersioningRun:
         no_clashes = F.array().cast("array<string>")
         datahub = datahub_source_records(messages).withColumn("clashes", no_clashes)
         csv_records, csv_errors = csv_source_records(messages, self.schema.csv_systems())
-        source = datahub.unionByName(csv_records.withColumn("clashes", no_clashes)).unionByName(
-            ngsi_source_records(events)
+        (source,) = computed_once(
+            datahub.unionByName(csv_records.withColumn("clashes", no_clashes)).unionByName(ngsi_source_records(events))
         )
-        (source,) = computed_once(source)
         (refreshing,) = computed_once(refresh_messages(messages))
         if self.batch:  # the messages whose earlier records a batch replaces
             self._batch_messages = source.select("message_identifier").distinct()
@@ -786,7 +785,7 @@ class VersioningRun:
         for r in [] if self.batch else self._indexed().select("entity", BUCKET).distinct().collect():
             self._old_buckets.setdefault(r["entity"], set()).add(r[BUCKET])
         # The default NGSI entities' records (every NGSI type the schema does not map, in one pass),
-        # cached; the run's (source system, source entity) pairs and those records' counts per entity
+        # kept; the run's (source system, source entity) pairs and those records' counts per entity
         # and bucket come from one job: which entities the run touches, and where.
         mapped = self.schema.mapped_source_entities(NGSI_SOURCE_SYSTEM)
         unmapped = F.col("source_entity").isNull() | (~F.col("source_entity").isin(mapped) if mapped else F.lit(True))
