@@ -30,12 +30,14 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 from dagster import ConfigurableResource
 from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from resources.parallel import results, side_by_side
@@ -874,15 +876,29 @@ class LakeResource(ConfigurableResource):
         folders ``values``. Staged once, then swapped in one journal: a process killed at any point
         leaves every subfolder as before or every one as after. Rows for other values raise.
         """
-        fs = self.files()
-        plan = [(n, sub, sorted({str(v) for v in values})) for n, (sub, values) in enumerate(folders)]
-        plan = [(n, sub, wanted) for n, sub, wanted in plan if wanted]
+        plan = self._subfolder_plan(dataset, folders)
         if not plan:
             return
-        for _, sub, _ in plan:
-            self.folder_uri(dataset, sub)  # refuses a bad name before anything is written
         self.recover(dataset)
         staging = self._stage(df, dataset, column, [], (), outer=(by, {str(n): wanted for n, _, wanted in plan}))
+        self._swap_in_subfolders(dataset, column, plan, staging, by)
+
+    def _subfolder_plan(
+        self, dataset: str, folders: Sequence[tuple[str, Sequence[object]]]
+    ) -> list[tuple[int, str, list[str]]]:
+        """(n, subfolder, wanted values) of each of ``folders`` with values; refuses a bad subfolder name
+        before anything is written."""
+        plan = [(n, sub, sorted({str(v) for v in values})) for n, (sub, values) in enumerate(folders)]
+        plan = [(n, sub, wanted) for n, sub, wanted in plan if wanted]
+        for _, sub, _ in plan:
+            self.folder_uri(dataset, sub)
+        return plan
+
+    def _swap_in_subfolders(
+        self, dataset: str, column: str, plan: Sequence[tuple[int, str, Sequence[str]]], staging: str, by: str
+    ) -> None:
+        """Swap the staged ``by=n`` folders of a ``replace_in_subfolders`` in, in one journal."""
+        fs = self.files()
         steps = [
             step
             for n, sub, wanted in plan
@@ -892,32 +908,42 @@ class LakeResource(ConfigurableResource):
         ]
         self._commit(dataset, [*steps, {"op": "delete", "uri": staging}])
 
-    def replace_together(self, writes: Sequence[FolderWrite | FolderAdd]) -> None:
-        """Several ``replace_folders`` and ``add_to_folders`` at once: every write is staged side by side
-        (Spark runs their jobs concurrently), then each is committed (one journal each), in order.
+    def replace_together(self, writes: Sequence[FolderWrite | FolderAdd | SubfoldersWrite]) -> None:
+        """Several ``replace_folders``, ``add_to_folders`` and ``replace_in_subfolders`` (a
+        ``SubfoldersWrite``) at once: every write is staged side by side (Spark runs their jobs
+        concurrently), then each is committed (one journal each), in order.
 
         Nothing is committed before every write is staged, so a write may read what another one
         replaces (the records a fold reads and the records written beside it). A staging that fails
         removes the others' and raises; a process killed part way leaves some writes done and others
         not, which a rerun of the same writes completes, as it would for the same writes in sequence.
         """
-        todo: list[tuple[FolderWrite | FolderAdd, list[str]]] = []
+        todo: list[tuple[FolderWrite | FolderAdd | SubfoldersWrite, list]] = []
         for w in writes:
-            wanted = sorted({str(v) for v in w.values})
+            wanted: list = (
+                self._subfolder_plan(w.dataset, [(m.subfolder, m.values) for m in w.writes])
+                if isinstance(w, SubfoldersWrite)
+                else sorted({str(v) for v in w.values})
+            )
             if wanted:
                 todo.append((w, wanted))
                 self.recover(w.dataset)
-        stages = [
-            functools.partial(
-                self._stage, df, w.dataset, w.column, wanted, no_dictionary, split, one_file, sort_by=w.sort_by
-            )
-            for w, wanted in todo
-            for df, no_dictionary, split, one_file in (
-                [(w.df, w.no_dictionary, w.split, False)]
-                if isinstance(w, FolderWrite)
-                else [(df, (), None, True) for df, _ in w.adds]
-            )
-        ]
+        stages = []
+        for w, wanted in todo:
+            if isinstance(w, SubfoldersWrite):
+                outer = (SubfoldersWrite.BY, {str(n): values for n, _, values in wanted})
+                stages.append(functools.partial(self._stage, w.df(), w.dataset, w.column, [], (), outer=outer))
+                continue
+            stages += [
+                functools.partial(
+                    self._stage, df, w.dataset, w.column, wanted, no_dictionary, split, one_file, sort_by=w.sort_by
+                )
+                for df, no_dictionary, split, one_file in (
+                    [(w.df, w.no_dictionary, w.split, False)]
+                    if isinstance(w, FolderWrite)
+                    else [(df, (), None, True) for df, _ in w.adds]
+                )
+            ]
         futures = side_by_side(stages, name="lake-stage", workers=max(1, len(stages)))
         if any(f.exception() is not None for f in futures):
             for f in futures:
@@ -925,7 +951,9 @@ class LakeResource(ConfigurableResource):
                     self.files().delete(f.result())
         stagings = iter(results(futures))
         for w, wanted in todo:
-            if isinstance(w, FolderWrite):
+            if isinstance(w, SubfoldersWrite):
+                self._swap_in_subfolders(w.dataset, w.column, wanted, next(stagings), SubfoldersWrite.BY)
+            elif isinstance(w, FolderWrite):
                 self._swap_in(w, wanted, next(stagings))
             else:
                 self._add_in(w, wanted, [next(stagings) for _ in w.adds])
@@ -1046,3 +1074,43 @@ class FolderWrite:
         """A ``replace_partitions`` of ``partition_keys`` (rows with a ``dt`` column)."""
         dts = sorted({key_to_dt(k) for k in partition_keys})
         return FolderWrite(df, dataset, PARTITION_COLUMN, dts, no_dictionary=no_dictionary)
+
+
+@dataclass(frozen=True)
+class SubfoldersWrite:
+    """``FolderWrite``s of one dataset and column, each into a subfolder of its own, for
+    ``replace_together``: staged from one Spark write and committed in one journal, as
+    ``replace_in_subfolders`` does (a process killed at any point leaves every subfolder as before or
+    every one as after). The writes' frames have the same columns; none splits its files or sorts."""
+
+    writes: Sequence[FolderWrite]
+    BY: ClassVar[str] = "_subfolder"
+
+    def __post_init__(self) -> None:
+        if not self.writes:
+            raise ValueError("a SubfoldersWrite needs at least one write")
+        first = self.writes[0]
+        subfolders = [w.subfolder for w in self.writes]
+        if len(set(subfolders)) != len(subfolders):
+            raise ValueError(f"{first.dataset}: one write per subfolder, got {sorted(subfolders)}")
+        for w in self.writes:
+            if (w.dataset, w.column) != (first.dataset, first.column):
+                raise ValueError(
+                    f"writes of {first.dataset}/{first.column} and {w.dataset}/{w.column} cannot share a Spark write"
+                )
+            if w.split is not None or w.sort_by or w.no_dictionary:
+                raise ValueError(f"{w.dataset} {w.subfolder}: a write into subfolders is not split, sorted or tuned")
+
+    @property
+    def dataset(self) -> str:
+        return self.writes[0].dataset
+
+    @property
+    def column(self) -> str:
+        return self.writes[0].column
+
+    def df(self) -> DataFrame:
+        """Every write's rows, tagged with the position of its write (``BY``)."""
+        return functools.reduce(
+            DataFrame.unionByName, [w.df.withColumn(self.BY, F.lit(n)) for n, w in enumerate(self.writes)]
+        )

@@ -98,7 +98,15 @@ from ngsi_assets.transforms.versioned_entities import (
     typed_versions,
     union_all,
 )
-from resources.lake import PARTITION_COLUMN, FileSplit, FolderAdd, FolderWrite, LakeResource, key_to_dt
+from resources.lake import (
+    PARTITION_COLUMN,
+    FileSplit,
+    FolderAdd,
+    FolderWrite,
+    LakeResource,
+    SubfoldersWrite,
+    key_to_dt,
+)
 from resources.parallel import DEFAULT_WORKERS, results, side_by_side
 from resources.spark import collect_small, computed_once
 from resources.versioning import (
@@ -426,6 +434,38 @@ class VersioningRun:
 
     def process(self, work: EntityWork) -> EntityOutcome | None:
         """Fold the keys this run touches for one entity and rewrite their buckets."""
+        prepared = self._prepare(work)
+        if prepared is None:
+            return None
+        # Side by side: the fold reads the records that are replaced beside it, and nothing is swapped
+        # in before every write is staged.
+        self.lake.replace_together([*prepared.marks, *prepared.versions, *prepared.records])
+        return self._finish(prepared)
+
+    def process_together(self, works: Sequence[EntityWork]) -> list[EntityOutcome | None]:
+        """``process`` of default NGSI entities, whose writes are staged and committed together: the
+        marks of every entity in one Spark write, then each entity's versions (their columns differ),
+        then every entity's rewritten records in one write (``SubfoldersWrite``). So each entity's
+        marks are committed before its versions and its records, as ``process`` commits them."""
+        prepared = results(
+            side_by_side([functools.partial(self._prepare, w) for w in works], name="entity", workers=self.workers)
+        )
+        ready = [p for p in prepared if p is not None]
+        marks = [w for p in ready for w in p.marks]
+        records = [w for p in ready for w in p.records if isinstance(w, FolderWrite)]
+        self.lake.replace_together(
+            [
+                *([SubfoldersWrite(marks)] if marks else []),
+                *(w for p in ready for w in p.versions),
+                *([SubfoldersWrite(records)] if records else []),
+                *(w for p in ready for w in p.records if not isinstance(w, FolderWrite)),
+            ]
+        )
+        return [None if p is None else self._finish(p) for p in prepared]
+
+    def _prepare(self, work: EntityWork) -> "_Prepared | None":
+        """What ``process`` writes for one entity, staged by its caller: None when the run leaves every
+        bucket of the entity as it was (its refresh events are stored then)."""
         folder = entity_folder(work.name)
         if work.new is None:  # a schema entity, whose records were mapped just before
             self._cache_records(union_all(work.records, _RECORDS_NO_BUCKET, self.spark), work)
@@ -517,10 +557,10 @@ class VersioningRun:
         if appendable:
             # Written as two adds (closed versions, open rows) and maybe a rewrite: folded once.
             (versions,) = computed_once(versions)
-        writes: list[FolderWrite | FolderAdd] = []
+        marks_writes, writes, records_writes = [], [], []
         if marks is not None:  # the first write: committed before the records
             new_marks = merged_marks([marks, record_marks(new.select(*ENTITY_RECORDS.fieldNames()))])
-            writes.append(FolderWrite(new_marks, MARKS_DS, BUCKET, affected, subfolder=folder))
+            marks_writes.append(FolderWrite(new_marks, MARKS_DS, BUCKET, affected, subfolder=folder))
         if rewritten:
             assert records is not None
             whole = versions.where(one_of(BUCKET, rewritten))
@@ -531,7 +571,7 @@ class VersioningRun:
                     earlier = existing.where(F.col(VALID_TO).isNotNull()).join(on_top, GUID, "left_semi")
                     untouched = untouched.unionByName(earlier)
                 whole = whole.unionByName(untouched)
-            writes += [
+            writes.append(
                 FolderWrite(
                     whole.withColumn(_OPEN, F.col(VALID_TO).isNull()),
                     VERSIONS_DS,
@@ -539,9 +579,11 @@ class VersioningRun:
                     rewritten,
                     subfolder=folder,
                     split=FileSplit(_OPEN, OPEN_PREFIX),
-                ),
-                FolderWrite(records.where(one_of(BUCKET, rewritten)), RECORDS_DS, BUCKET, rewritten, subfolder=folder),
-            ]
+                )
+            )
+            records_writes.append(
+                FolderWrite(records.where(one_of(BUCKET, rewritten)), RECORDS_DS, BUCKET, rewritten, subfolder=folder)
+            )
         batch_prefix = f"{DELTA_PREFIX}{self.batch}-"
         if appendable:
             assert on_top is not None and latest is not None and self.batch
@@ -552,30 +594,53 @@ class VersioningRun:
                 latest.where(one_of(BUCKET, appendable)).join(touched, GUID, "left_anti")
             )
             records_files = self.lake.folder_file_names(RECORDS_DS, BUCKET, appendable, subfolder=folder)
-            writes += [
-                *self._adds(
-                    [(added.where(F.col(VALID_TO).isNotNull()), batch_prefix), (open_rows, OPEN_PREFIX)],
-                    VERSIONS_DS,
-                    folder,
-                    {b: files[str(b)] for b in appendable},
-                    _table_schema(fields),
-                    remove_prefixes=(OPEN_PREFIX, batch_prefix),
-                ),
-                *self._adds(
-                    [(new.select(*ENTITY_RECORDS.fieldNames()), batch_prefix)],
-                    RECORDS_DS,
-                    folder,
-                    {b: records_files[str(b)] for b in appendable},
-                    ENTITY_RECORDS,
-                    remove_prefixes=(batch_prefix,),
-                ),
-            ]
-        # Side by side: the fold reads the records that are replaced beside it, and nothing is swapped
-        # in before every write is staged. The table's columns are kept first, so they always cover
-        # its files' (``_open_versions`` of the transaction history reads with them).
+            writes += self._adds(
+                [(added.where(F.col(VALID_TO).isNotNull()), batch_prefix), (open_rows, OPEN_PREFIX)],
+                VERSIONS_DS,
+                folder,
+                {b: files[str(b)] for b in appendable},
+                _table_schema(fields),
+                remove_prefixes=(OPEN_PREFIX, batch_prefix),
+            )
+            records_writes += self._adds(
+                [(new.select(*ENTITY_RECORDS.fieldNames()), batch_prefix)],
+                RECORDS_DS,
+                folder,
+                {b: records_files[str(b)] for b in appendable},
+                ENTITY_RECORDS,
+                remove_prefixes=(batch_prefix,),
+            )
+        # The table's columns are kept before its files are written, so they always cover its files'
+        # (``_open_versions`` of the transaction history reads with them).
         store_table_schema(self.lake, folder, _table_schema(fields))
-        self.lake.replace_together(writes)
+        return _Prepared(
+            work=work,
+            fields=fields,
+            new=new,
+            refreshes_new=refreshes_new,
+            has_refreshes=has_refreshes,
+            affected=affected,
+            rewritten=rewritten,
+            appendable=appendable,
+            record_count=record_count,
+            from_latest=from_latest,
+            new_keys=new_keys,
+            marks=marks_writes,
+            versions=writes,
+            records=records_writes,
+        )
 
+    def _finish(self, prepared: "_Prepared") -> EntityOutcome:
+        """After an entity's writes are committed: its exports and refresh events, and its written rows
+        for the run's invariants."""
+        work, fields, new, rewritten, appendable = (
+            prepared.work,
+            prepared.fields,
+            prepared.new,
+            prepared.rewritten,
+            prepared.appendable,
+        )
+        folder, batch_prefix = entity_folder(work.name), f"{DELTA_PREFIX}{self.batch}-"
         # What the invariants check: the rewritten buckets, and of the appended ones the batch's files
         # and the open rows of its keys (their earlier versions, in earlier files, did not change).
         parts = [self.table(work, fields, rewritten)] if rewritten else []
@@ -592,18 +657,18 @@ class VersioningRun:
         written = union_all([p for p in parts if p is not None], _table_schema(fields), self.spark)
         if work.definition is not None and work.definition.export:
             self.lake.replace_folders(
-                export_rows(written, work.definition), EXPORTS_DS, BUCKET, affected, subfolder=folder
+                export_rows(written, work.definition), EXPORTS_DS, BUCKET, prepared.affected, subfolder=folder
             )
-        self._store_refreshes(refreshes_new, folder, has_refreshes)
+        self._store_refreshes(prepared.refreshes_new, folder, prepared.has_refreshes)
         # Checked with every other entity's rewritten buckets in one aggregation at the end of the run.
         self._invariants.append(invariant_rows(written, work.name, list(fields)))
         return EntityOutcome(
             name=work.name,
-            records=record_count,
+            records=prepared.record_count,
             buckets_rewritten=len(rewritten),
             buckets_appended=len(appendable),
-            from_latest=from_latest,
-            new_keys=new_keys,
+            from_latest=prepared.from_latest,
+            new_keys=prepared.new_keys,
         )
 
     def _records_to_fold(
@@ -822,14 +887,13 @@ class VersioningRun:
 
         # Default NGSI entities depend on nothing but their own records: each beside the others and
         # beside the schema's chain (their small jobs overlap rather than queue).
+        defaults = [w for w in works if w.definition is None]
         done = results(
             side_by_side(
-                [in_link_order, *[functools.partial(self.process, w) for w in works if w.definition is None]],
-                name="entity",
-                workers=self.workers,
+                [in_link_order, functools.partial(self.process_together, defaults)], name="entities", workers=2
             )
         )
-        outcomes = [o for o in [*done[0], *done[1:]] if o is not None]
+        outcomes = [o for o in [*done[0], *done[1]] if o is not None]
         all_records = [r.where(F.col("op") != SEEN).select("message_identifier") for r in self._new_records]
 
         (errors_df,) = computed_once(union_all(errors, RECORD_ERRORS, self.spark))
@@ -874,6 +938,27 @@ class VersioningRun:
         counts = invariant_values(found.get("invariants", []))
         outcomes = [replace(o, **counts.get(o.name, {})) for o in outcomes]
         return RunOutput(outcomes, written, {str(r["status"]): int(r["count"]) for r in found["statuses"]})
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """An entity's fold, staged but not committed (``VersioningRun._prepare``): its writes in the order
+    they are committed (the marks first) and what ``VersioningRun._finish`` needs after them."""
+
+    work: EntityWork
+    fields: Fields
+    new: DataFrame
+    refreshes_new: DataFrame
+    has_refreshes: bool
+    affected: Sequence[int]
+    rewritten: Sequence[int]
+    appendable: Sequence[int]
+    record_count: int
+    from_latest: int
+    new_keys: int
+    marks: Sequence[FolderWrite]
+    versions: Sequence[FolderWrite | FolderAdd]
+    records: Sequence[FolderWrite | FolderAdd]
 
 
 class WholeHourNeeded(Exception):

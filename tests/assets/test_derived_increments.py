@@ -311,17 +311,18 @@ def test_a_batch_killed_after_its_marks_is_redone_by_the_next_run(
     records: the marks are later than the records, and the next run (the same batch again, with one
     more increment) equals one whole-hour run."""
     p, expected, (b, c, d) = _first_of_four_folded(whole_hour, tmp_path, "marked")
-    real_swap = LakeResource._swap_in
+    real_swap = LakeResource._swap_in_subfolders
 
-    def swap_in(self: LakeResource, write: Any, *args: Any) -> None:
-        real_swap(self, write, *args)
-        if write.dataset == MARKS_DS:
+    def swap_in(self: LakeResource, dataset: str, *args: Any) -> None:
+        # Every default entity's marks: one write, committed first (``process_together``).
+        real_swap(self, dataset, *args)
+        if dataset == MARKS_DS:
             raise RuntimeError("killed")
 
     p.run([message_store, ngsi_events], b)
     before = p.tables(spark)
     with monkeypatch.context() as m:
-        m.setattr(LakeResource, "_swap_in", swap_in)
+        m.setattr(LakeResource, "_swap_in_subfolders", swap_in)
         with pytest.raises(Exception, match="killed"):
             p.run([versioned_entities], new_only=True)
     after = p.tables(spark)

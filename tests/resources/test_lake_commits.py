@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -31,6 +32,7 @@ from resources.lake import (
     FolderWrite,
     LakeFiles,
     LakeResource,
+    SubfoldersWrite,
     _process_start,
     apply_steps,
     staging_name,
@@ -248,6 +250,72 @@ def test_replace_in_subfolders_refuses_rows_for_folders_not_asked_for(spark: Spa
         lake.replace_in_subfolders(stray, "state", "bucket", [("../x", [1])], by="n")
     assert _subfolder_rows(spark, lake) == before
     assert not list((tmp_path / "lake" / STAGING / "state").glob("*"))
+
+
+def _write_subfolders_together(spark: SparkSession, lake: LakeResource, version: int) -> None:
+    """``_write_subfolders``'s rows as a ``SubfoldersWrite`` of ``replace_together``: pg gets buckets 0..2
+    (bucket 2 empty from version 2 on), my bucket 5."""
+    pg = [(f"k{i}", version, i % 3) for i in range(6) if not (version == 2 and i % 3 == 2)]
+    schema = "k string, v int, bucket int"
+    lake.replace_together(
+        [
+            SubfoldersWrite(
+                [
+                    FolderWrite(spark.createDataFrame(pg, schema), "state", "bucket", [0, 1, 2], subfolder="pg"),
+                    FolderWrite(
+                        spark.createDataFrame([(f"m{i}", version, 5) for i in range(2)], schema),
+                        "state",
+                        "bucket",
+                        [5],
+                        subfolder="my",
+                    ),
+                ]
+            )
+        ]
+    )
+
+
+@pytest.mark.spark
+def test_subfolders_write_killed_at_any_file_operation_reads_as_finished(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two subfolders written by one Spark write of ``replace_together``: whichever operation the kill
+    follows, the next read finishes the write in both, and the write's tag column is not stored."""
+
+    expected, cuts = _kill_at_each_file_operation(
+        tmp_path,
+        monkeypatch,
+        lambda lake, v: _write_subfolders_together(spark, lake, v),
+        lambda lake: _subfolder_rows(spark, lake),
+    )
+    assert expected == {"pg": [(f"k{i}", 2, i % 3) for i in (0, 1, 3, 4)], "my": [("m0", 2, 5), ("m1", 2, 5)]}
+    stored = LakeResource(root=str(tmp_path / "ref")).read_folders(spark, "state", "bucket", None, subfolder="pg")
+    assert stored is not None and SubfoldersWrite.BY not in stored.columns
+    assert cuts > 5  # at least the swaps of four folders and the staging removal
+
+
+@pytest.mark.spark
+def test_subfolders_write_refuses_stray_rows_and_mixed_writes(spark: SparkSession, tmp_path: Path) -> None:
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    _write_subfolders_together(spark, lake, 1)
+    before = _subfolder_rows(spark, lake)
+    schema = "k string, v int, bucket int"
+    good = FolderWrite(spark.createDataFrame([("x", 9, 1)], schema), "state", "bucket", [1], subfolder="pg")
+    stray = FolderWrite(spark.createDataFrame([("y", 9, 7)], schema), "state", "bucket", [5], subfolder="my")
+    with pytest.raises(ValueError, match=r"rows for _subfolder=1 bucket \['7'\] were given to write state bucket"):
+        lake.replace_together([SubfoldersWrite([good, stray])])
+    assert _subfolder_rows(spark, lake) == before
+    assert not list((tmp_path / "lake" / STAGING / "state").glob("*"))
+    with pytest.raises(ValueError, match="one write per subfolder"):
+        SubfoldersWrite([good, good])
+    with pytest.raises(ValueError, match="cannot share a Spark write"):
+        SubfoldersWrite([good, replace(stray, dataset="other")])
+    with pytest.raises(ValueError, match="not split, sorted or tuned"):
+        SubfoldersWrite([good, replace(stray, sort_by=("k",))])
+    with pytest.raises(ValueError, match="at least one write"):
+        SubfoldersWrite([])
+    with pytest.raises(ValueError, match="bad subfolder name"):
+        lake.replace_together([SubfoldersWrite([replace(good, subfolder="../x")])])
 
 
 @pytest.mark.spark
