@@ -220,11 +220,11 @@ def history_age(
     # (BENCHMARKS.md, "Growth", session 52).
     wholes = []
     for i in range(repeat):
-        land(landing, measured + i * HOUR_MS, range(keys), per_key, first_seq=hours * per_car + i * per_key)
-        wholes.append(run_job(env, "ngsi_ingest_job", hour_key(measured + i * HOUR_MS)))
+        last = measured + i * HOUR_MS
+        land(landing, last, range(keys), per_key, first_seq=hours * per_car + i * per_key)
+        wholes.append(run_job(env, "ngsi_ingest_job", hour_key(last)))
     whole = median_run(wholes)
-    # The increments go to the last of them, the hour a sensor's runs go to.
-    last = measured + (repeat - 1) * HOUR_MS
+    # The increments go to the last of them (``last``), the hour a sensor's runs go to.
     path = incremental_path(env, landing, last, keys, per_key, repeat)
     # The same 1% of keys, now cars with history: their records and versions are what a derived run
     # rewrites, so this is where the history's age can show.
