@@ -4,6 +4,10 @@ The job (``ngsi_ingest_job``: the message store and everything downstream of it)
 for a range of hours, as one run on the Dagster instance of ``DAGSTER_HOME``, exactly as a backfill from
 the UI would. With ``NGSI_SPARK_REMOTE`` set its Spark work goes to that Spark Connect server, with
 ``NGSI_SPARK_MASTER`` to that cluster; otherwise a ``local[*]`` session starts in this process.
+
+Independent steps run side by side (``--steps-side-by-side``, default 2: ``sth_aggregates`` beside
+``versioned_entities``), in threads of this process on its one Spark session, through the job's own
+executor (``ngsi_assets.executor``), as the daemon's runs do with ``NGSI_STEPS_SIDE_BY_SIDE``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 INGEST_JOB = "ngsi_ingest_job"
+# A run started by hand is the machine's one job: its steps overlap (BENCHMARKS.md, "Steps side by side").
+CLI_STEPS_SIDE_BY_SIDE = 2
 
 
 @dataclass(frozen=True)
@@ -40,29 +46,85 @@ def run_ingest(
     log_level: str = "WARNING",
     job_name: str = INGEST_JOB,
     tags: dict[str, str] | None = None,
+    steps_side_by_side: int = 1,
 ) -> RunOutcome:
     """Run ``job_name`` (default ``ngsi_ingest_job``) over every hour from ``first`` to ``last`` (one
-    run, with ``tags`` added) and report it."""
+    run, with ``tags`` added) and report it.
+
+    ``steps_side_by_side``: 1 runs one step at a time (Dagster's ``execute_in_process``); more runs up
+    to that many independent steps at once through the job's own executor, which must be
+    ``ngsi_assets.executor.side_by_side_executor`` (the platform's definitions use it)."""
     from dagster import DagsterInstance
     from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
     started = time.monotonic()
-    result = defs.resolve_job_def(job_name).execute_in_process(
-        instance=instance or DagsterInstance.get(),
-        run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-        tags={ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last, **(tags or {})},
-        raise_on_error=False,
-    )
+    job = defs.resolve_job_def(job_name)
+    run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": log_level}}}}
+    run_tags = {ASSET_PARTITION_RANGE_START_TAG: first, ASSET_PARTITION_RANGE_END_TAG: last, **(tags or {})}
+    instance = instance or DagsterInstance.get()
+    if steps_side_by_side == 1:
+        result = job.execute_in_process(instance=instance, run_config=run_config, tags=run_tags, raise_on_error=False)
+    else:
+        result = _execute_side_by_side(job, instance, run_config, run_tags, steps_side_by_side)
     failed = tuple(
         f"{c.asset_key.to_user_string()}.{c.check_name}" for c in result.get_asset_check_evaluations() if not c.passed
     )
     return RunOutcome(result.run_id, result.success, first, last, time.monotonic() - started, failed)
 
 
+def _execute_side_by_side(
+    job: Any,  # noqa: ANN401 (dagster JobDefinition)
+    instance: Any,  # noqa: ANN401 (DagsterInstance)
+    run_config: dict[str, Any],
+    tags: dict[str, str],
+    max_concurrent: int,
+) -> Any:  # noqa: ANN401 (dagster ExecuteInProcessResult)
+    """``execute_in_process`` with the job's own executor (which that method replaces with Dagster's
+    one-step-at-a-time executor) configured for ``max_concurrent`` steps: the same run, events and
+    result, in this process."""
+    from dagster._core.definitions.job_base import InMemoryJob
+    from dagster._core.execution.execute_in_process import core_execute_in_process
+
+    from ngsi_assets.executor import side_by_side_executor
+
+    if max_concurrent < 1:
+        raise ValueError(f"steps side by side must be at least 1, not {max_concurrent}")
+    if job.executor_def.name != side_by_side_executor.name:
+        raise ValueError(
+            f"job {job.name} runs with the executor {job.executor_def.name!r}, not {side_by_side_executor.name!r}: "
+            "its steps cannot run side by side in this process"
+        )
+    return core_execute_in_process(
+        run_config={**run_config, "execution": {"config": {"max_concurrent": max_concurrent}}},
+        job=InMemoryJob(job),
+        instance=instance,
+        output_capturing_enabled=False,
+        raise_on_error=False,
+        run_tags={**job.run_tags, **tags},
+    )
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1, got {value}")
+    return value
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from", dest="first", help="first hour (YYYY-MM-DD-HH:00); default: the first landed")
     parser.add_argument("--to", dest="last", help="last hour (YYYY-MM-DD-HH:00); default: the last landed")
     parser.add_argument("--log-level", default="WARNING", help="Dagster console log level (default WARNING)")
+    parser.add_argument(
+        "--steps-side-by-side",
+        type=_positive,
+        default=CLI_STEPS_SIDE_BY_SIDE,
+        help=f"independent steps run at once, in threads of this process (default {CLI_STEPS_SIDE_BY_SIDE}; "
+        "1: one at a time)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,7 +138,9 @@ def run(args: argparse.Namespace) -> int:
     if not hours:
         print("nothing landed: no hours to materialize")
         return 1
-    outcome = run_ingest(defs, hours[0], hours[-1], log_level=args.log_level)
+    outcome = run_ingest(
+        defs, hours[0], hours[-1], log_level=args.log_level, steps_side_by_side=args.steps_side_by_side
+    )
     print(
         f"run {outcome.run_id} {'succeeded' if outcome.success else 'FAILED'} in {outcome.seconds:.1f} s "
         f"for the hours {outcome.first} .. {outcome.last}"

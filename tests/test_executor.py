@@ -28,6 +28,7 @@ from dagster import (
 )
 
 from ngsi_assets.executor import SideBySideExecutor, side_by_side_executor
+from ngsi_assets.materialize import run_ingest
 
 # Set per test; read by the assets, which run in this process (the executor's threads).
 _BARRIER: threading.Barrier | None = None
@@ -205,3 +206,48 @@ def test_an_interrupt_ends_the_run_while_its_steps_run(instance: DagsterInstance
     assert "after" not in _steps_with(result, DagsterEventType.STEP_START)
     run = instance.get_run_by_id(result.run_id)
     assert run is not None and run.status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
+
+
+def _toy_definitions(**executor: object) -> Definitions:
+    job = define_asset_job("toy", selection=[left, right, after])
+    return Definitions(assets=[left, right, after], jobs=[job], **executor)  # type: ignore[arg-type]
+
+
+def test_run_ingest_runs_steps_side_by_side_through_the_jobs_executor(instance: DagsterInstance) -> None:
+    """``ngsi-assets materialize`` (``run_ingest``) runs in its own process like ``execute_in_process``,
+    but with the job's executor: with 2, ``left`` and ``right`` meet at the barrier."""
+    global _BARRIER
+    _BARRIER = threading.Barrier(2)
+    defs = _toy_definitions(executor=side_by_side_executor)
+    outcome = run_ingest(defs, "2026-01-01-00:00", "2026-01-01-00:00", instance, job_name="toy", steps_side_by_side=2)
+    assert outcome.success
+    assert _RUNNING["most"] == 2
+    run = instance.get_run_by_id(outcome.run_id)
+    assert run is not None and run.tags["dagster/asset_partition_range_start"] == "2026-01-01-00:00"
+    logged = instance.all_logs(outcome.run_id)
+    succeeded = {
+        e.step_key for e in logged if e.dagster_event and e.dagster_event.event_type == DagsterEventType.STEP_SUCCESS
+    }
+    assert succeeded == {"left", "right", "after"}
+
+
+def test_run_ingest_one_step_at_a_time(instance: DagsterInstance) -> None:
+    defs = _toy_definitions(executor=side_by_side_executor)
+    outcome = run_ingest(defs, "2026-01-01-00:00", "2026-01-01-00:00", instance, job_name="toy", steps_side_by_side=1)
+    assert outcome.success
+    assert _RUNNING["most"] == 1
+
+
+def test_run_ingest_side_by_side_needs_the_platforms_executor(instance: DagsterInstance) -> None:
+    defs = _toy_definitions()  # Dagster's default executor
+    with pytest.raises(ValueError, match="runs with the executor 'multi_or_in_process_executor'"):
+        run_ingest(defs, "2026-01-01-00:00", "2026-01-01-00:00", instance, job_name="toy", steps_side_by_side=2)
+    with pytest.raises(ValueError, match="at least 1"):
+        run_ingest(
+            _toy_definitions(executor=side_by_side_executor),
+            "2026-01-01-00:00",
+            "2026-01-01-00:00",
+            instance,
+            job_name="toy",
+            steps_side_by_side=0,
+        )
