@@ -6,7 +6,6 @@ Subcommands live in :data:`COMMANDS` (name -> :class:`Command`); adding one is a
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -311,16 +310,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     return args._run(args)
 
 
-def console_main() -> None:
-    """The ``ngsi-assets`` program: ``main``, then the process's exit."""
-    code = main()
-    # The command's work is done (written, committed, closed). The interpreter's last garbage
-    # collections, on its way out, walk every object Dagster, Spark and their imports made: about
-    # 0.9 s of a ``materialize`` process's end on two cores. Frozen, they are left to the exit; what
-    # the exit handlers make is collected as usual. (Not in ``main``, which tests call in their process.)
-    gc.freeze()
-    raise SystemExit(code)
-
-
 if __name__ == "__main__":
-    console_main()
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
-"""The ``ngsi-assets`` program (``console_main``): ``main``'s exit code, with the interpreter's
-objects frozen before the exit (so its last garbage collections skip them), and the arguments of
-``materialize`` refused by name."""
+"""A process that loads the platform's definitions (a run's, ``ngsi-assets materialize``) freezes its
+objects at the exit, so the interpreter's last garbage collections skip them; ``materialize``'s
+arguments are refused by name."""
 
 from __future__ import annotations
 
@@ -13,18 +13,19 @@ import pytest
 
 from ngsi_assets.cli import main
 
+# Exit handlers run last registered first: this one, registered before the definitions load, runs
+# after theirs.
 _PROGRAM = """
-import gc, sys
-import ngsi_assets.cli as cli
-sys.argv = ["ngsi-assets", "materialize"]
-try:
-    cli.console_main()
-except SystemExit as e:
-    print("exit", e.code, "frozen", gc.get_freeze_count() > 0)
+import atexit, gc, sys
+atexit.register(lambda: print("frozen at exit", gc.get_freeze_count() > 0, flush=True))
+from ngsi_assets.cli import main
+code = main(["materialize"])
+print("exit", code, "frozen before", gc.get_freeze_count() > 0, flush=True)
+sys.exit(code)
 """
 
 
-def test_the_program_exits_with_mains_code_and_frozen_objects(tmp_path: Path) -> None:
+def test_a_process_with_the_definitions_freezes_its_objects_at_exit(tmp_path: Path) -> None:
     landing = tmp_path / "landing"
     landing.mkdir()
     env = {
@@ -33,11 +34,10 @@ def test_the_program_exits_with_mains_code_and_frozen_objects(tmp_path: Path) ->
         "NGSI_LAKE_ROOT": str(tmp_path / "lake"),
         "DAGSTER_HOME": str(tmp_path),
     }
-    out = subprocess.run(
-        [sys.executable, "-c", _PROGRAM], env=env, capture_output=True, text=True, timeout=120, check=True
-    ).stdout
-    assert "nothing landed: no hours to materialize" in out
-    assert out.strip().endswith("exit 1 frozen True")
+    done = subprocess.run([sys.executable, "-c", _PROGRAM], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "nothing landed: no hours to materialize" in done.stdout
+    assert done.stdout.strip().splitlines()[-2:] == ["exit 1 frozen before False", "frozen at exit True"]
 
 
 @pytest.mark.parametrize(("value", "named"), [("0", "0"), ("-1", "-1"), ("two", "'two'")])
