@@ -30,6 +30,8 @@ class RunOutcome:
     last: str
     seconds: float
     failed_checks: tuple[str, ...]
+    # Every asset check the run evaluated: (asset.check, passed), in the order they were evaluated.
+    checks: tuple[tuple[str, bool], ...] = ()
 
 
 def landed_hours(landing: Any) -> list[str]:  # noqa: ANN401 (LandingZoneResource)
@@ -66,10 +68,11 @@ def run_ingest(
         result = job.execute_in_process(instance=instance, run_config=run_config, tags=run_tags, raise_on_error=False)
     else:
         result = _execute_side_by_side(job, instance, run_config, run_tags, steps_side_by_side)
-    failed = tuple(
-        f"{c.asset_key.to_user_string()}.{c.check_name}" for c in result.get_asset_check_evaluations() if not c.passed
+    checks = tuple(
+        (f"{c.asset_key.to_user_string()}.{c.check_name}", c.passed) for c in result.get_asset_check_evaluations()
     )
-    return RunOutcome(result.run_id, result.success, first, last, time.monotonic() - started, failed)
+    failed = tuple(name for name, passed in checks if not passed)
+    return RunOutcome(result.run_id, result.success, first, last, time.monotonic() - started, failed, checks)
 
 
 def _execute_side_by_side(

@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 from dagster import (
+    AssetCheckResult,
     AssetExecutionContext,
     DagsterEventType,
     DagsterInstance,
     DagsterRunStatus,
     Definitions,
     asset,
+    asset_check,
     build_reconstructable_job,
     define_asset_job,
     execute_job,
@@ -208,9 +210,14 @@ def test_an_interrupt_ends_the_run_while_its_steps_run(instance: DagsterInstance
     assert run is not None and run.status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED)
 
 
+@asset_check(asset=after)
+def after_is_late() -> AssetCheckResult:
+    return AssetCheckResult(passed=False, description="fails on purpose, for run_ingest's outcome")
+
+
 def _toy_definitions(**executor: object) -> Definitions:
     job = define_asset_job("toy", selection=[left, right, after])
-    return Definitions(assets=[left, right, after], jobs=[job], **executor)  # type: ignore[arg-type]
+    return Definitions(assets=[left, right, after], asset_checks=[after_is_late], jobs=[job], **executor)  # type: ignore[arg-type]
 
 
 def test_run_ingest_runs_steps_side_by_side_through_the_jobs_executor(instance: DagsterInstance) -> None:
@@ -228,7 +235,9 @@ def test_run_ingest_runs_steps_side_by_side_through_the_jobs_executor(instance: 
     succeeded = {
         e.step_key for e in logged if e.dagster_event and e.dagster_event.event_type == DagsterEventType.STEP_SUCCESS
     }
-    assert succeeded == {"left", "right", "after"}
+    assert succeeded == {"left", "right", "after", "after_after_is_late"}  # the check is a step of its own
+    assert outcome.checks == (("after.after_is_late", False),)
+    assert outcome.failed_checks == ("after.after_is_late",)
 
 
 def test_run_ingest_one_step_at_a_time(instance: DagsterInstance) -> None:

@@ -112,10 +112,9 @@ def run_demo(workdir: Path, seed: int, notifications: int, hours: int) -> int:
 
     _section("3. the hours that hold landed data")
     from dagster import DagsterInstance
-    from dagster._core.storage.tags import ASSET_PARTITION_RANGE_END_TAG, ASSET_PARTITION_RANGE_START_TAG
 
     from ngsi_assets.definitions import defs
-    from ngsi_assets.materialize import landed_hours
+    from ngsi_assets.materialize import CLI_STEPS_SIDE_BY_SIDE, landed_hours, run_ingest
 
     instance = DagsterInstance.get()
     resources = defs.resources
@@ -126,19 +125,14 @@ def run_demo(workdir: Path, seed: int, notifications: int, hours: int) -> int:
         return 1
 
     _section("4. materialize the platform for those hours (one run, one Spark session)")
-    started = time.monotonic()
-    result = defs.resolve_job_def("ngsi_ingest_job").execute_in_process(
-        instance=instance,
-        run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
-        tags={ASSET_PARTITION_RANGE_START_TAG: hours_to_run[0], ASSET_PARTITION_RANGE_END_TAG: hours_to_run[-1]},
-        raise_on_error=False,
+    # As ``ngsi-assets materialize`` runs it: independent steps two at a time.
+    outcome = run_ingest(
+        defs, hours_to_run[0], hours_to_run[-1], instance, log_level="INFO", steps_side_by_side=CLI_STEPS_SIDE_BY_SIDE
     )
-    print(f"run {result.run_id}: {'succeeded' if result.success else 'FAILED'} in {time.monotonic() - started:.1f} s")
-    for check in result.get_asset_check_evaluations():
-        print(
-            f"  check {check.asset_key.to_user_string()}.{check.check_name}: {'passed' if check.passed else 'FAILED'}"
-        )
-    if not result.success:
+    print(f"run {outcome.run_id}: {'succeeded' if outcome.success else 'FAILED'} in {outcome.seconds:.1f} s")
+    for name, passed in outcome.checks:
+        print(f"  check {name}: {'passed' if passed else 'FAILED'}")
+    if not outcome.success:
         return 1
 
     _section("5. what was produced")
