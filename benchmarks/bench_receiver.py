@@ -34,6 +34,10 @@ from typing import Any
 import orjson
 
 PROJECT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT))
+
+from benchmarks.machine import process_tree_cpu_s  # noqa: E402
+
 BENCHMARKS_MD = PROJECT / "BENCHMARKS.md"
 SECTION = "## Receiver"
 BEGIN, END = "<!-- bench_receiver:begin -->", "<!-- bench_receiver:end -->"
@@ -169,24 +173,6 @@ def sync_probe(folder: Path, count: int = 300) -> dict[str, float]:
         os.close(fd)
         path.unlink()
     return result
-
-
-def process_tree_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and its descendants (Linux /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    stack = [pid]
-    while stack:
-        current = stack.pop()
-        try:
-            with open(f"/proc/{current}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-            with open(f"/proc/{current}/task/{current}/children") as f:
-                stack.extend(int(x) for x in f.read().split())
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return total
 
 
 class CpuMeter:

@@ -11,14 +11,18 @@ each time in a new process, on a fresh lake and Dagster instance:
 - (b) ``NGSI_SPARK_REMOTE``: the process connects to a Spark Connect server started once and warmed
   by ``--warmup`` runs beforehand, so the JVM, its JIT and its Python workers are already there.
 
-Reported per run: the process's wall time (Python and Dagster start included), the run's time, and
-each asset step's time read back from the Dagster event log.
+Reported per run: the process's wall time (Python and Dagster start included), the run's time, each
+asset step's time read back from the Dagster event log, and the CPU seconds the run cost: the
+process's own (with its JVM in (a)), and in (b) the server's JVM, with what of it went to HotSpot's
+JIT compilers and to its collector (a young server's compilers are a large part of a run: see
+BENCHMARKS.md, "The main job", session 54).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -31,7 +35,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.machine import describe_machine, stop_cleanly_on_sigterm, write_results  # noqa: E402
+from benchmarks.machine import (  # noqa: E402
+    describe_machine,
+    find_in_tree,
+    jvm_cpu_by_role,
+    stop_cleanly_on_sigterm,
+    write_results,
+)
 
 BEGIN = "<!-- bench_spark_modes:begin -->"
 END = "<!-- bench_spark_modes:end -->"
@@ -89,11 +99,22 @@ def platform_env(home: Path, landing: Path, lake: Path, extra: dict[str, str]) -
     return env
 
 
-def run_once(work: Path, landing: Path, name: str, extra_env: dict[str, str]) -> dict[str, object]:
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_once(
+    work: Path, landing: Path, name: str, extra_env: dict[str, str], server_jvm: int | None = None
+) -> dict[str, object]:
+    """One ``materialize`` in a new process; with ``server_jvm`` (the Connect server's JVM pid), also
+    that JVM's CPU during the run (``server_cpu``: total, jit, gc)."""
     home, lake = work / name / "home", work / name / "lake"
     env = platform_env(
         home, landing, lake, {"NGSI_ENTITY_SCHEMA": str(REPO / "ngsi_assets" / "demo" / "entities.yaml"), **extra_env}
     )
+    server_before = jvm_cpu_by_role(server_jvm) if server_jvm else None
+    cpu_before = _children_cpu_s()
     started = time.monotonic()
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("ngsi-assets")), "materialize"],
@@ -103,14 +124,26 @@ def run_once(work: Path, landing: Path, name: str, extra_env: dict[str, str]) ->
         check=False,
     )
     wall = time.monotonic() - started
+    process_cpu = _children_cpu_s() - cpu_before
+    server_cpu = None
+    if server_jvm and server_before:
+        after = jvm_cpu_by_role(server_jvm)
+        server_cpu = {k: after[k] - server_before[k] for k in after}
     if proc.returncode != 0:
         raise RuntimeError(f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("run "))
     run_id, run_s = line.split()[1], float(line.split(" in ")[1].split()[0])
-    return {"wall": wall, "run": run_s, "steps": step_seconds(home, run_id)}
+    return {
+        "wall": wall,
+        "run": run_s,
+        "steps": step_seconds(home, run_id),
+        "process_cpu": process_cpu,
+        "server_cpu": server_cpu,
+    }
 
 
 def start_connect_server(work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A Connect server on a free loopback port, with the platform's settings: (its process, its URL)."""
     from ngsi_assets.spark_servers import connect_server_command, server_env
 
     with socket.socket() as s:
@@ -145,9 +178,15 @@ def summarize(name: str, runs: list[dict[str, object]]) -> list[str]:
     step_text = ", ".join(
         f"{k} {statistics.median(v):.1f}" for k, v in sorted(steps.items(), key=lambda kv: -max(kv[1]))
     )
+    process_cpu = statistics.median(float(r["process_cpu"]) for r in runs)  # type: ignore[arg-type]
+    servers = [r["server_cpu"] for r in runs if r.get("server_cpu")]
+    server_text = "-"
+    if servers:
+        med = {k: statistics.median(float(s[k]) for s in servers) for k in ("total", "jit", "gc")}  # type: ignore[index]
+        server_text = f"{med['total']:.1f} s (JIT {med['jit']:.1f}, GC {med['gc']:.1f})"
     return [
         f"| {name} | {statistics.median(walls):.1f} s ({min(walls):.1f}-{max(walls):.1f}) "
-        f"| {statistics.median(inner):.1f} s | {step_text} |"
+        f"| {statistics.median(inner):.1f} s | {process_cpu:.1f} s | {server_text} | {step_text} |"
     ]
 
 
@@ -170,14 +209,15 @@ def main() -> int:
             local.append(run_once(work, landing, f"local{i}", {"NGSI_SPARK_MASTER": "local[*]"}))
             print(f"(a) local[*], fresh process: {local[-1]}", flush=True)
         server, url = start_connect_server(work)
+        jvm = find_in_tree(server.pid, "java")
         try:
             warmups = []
             for i in range(max(1, args.warmup)):
-                warmups.append(run_once(work, landing, f"warmup{i}", {"NGSI_SPARK_REMOTE": url}))
+                warmups.append(run_once(work, landing, f"warmup{i}", {"NGSI_SPARK_REMOTE": url}, jvm))
                 print(f"warm-up run through Spark Connect: {warmups[-1]}", flush=True)
             remote = []
             for i in range(args.repeat):
-                remote.append(run_once(work, landing, f"connect{i}", {"NGSI_SPARK_REMOTE": url}))
+                remote.append(run_once(work, landing, f"connect{i}", {"NGSI_SPARK_REMOTE": url}, jvm))
                 print(f"(b) warm Spark Connect: {remote[-1]}", flush=True)
         finally:
             os.killpg(server.pid, 15)
@@ -185,9 +225,11 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     warm_walls = ", ".join(f"{float(w['wall']):.1f}" for w in warmups)
+    warm_jit = ", ".join(f"{float(w['server_cpu']['jit']):.1f}" for w in warmups if w.get("server_cpu"))  # type: ignore[index]
     rows = [
-        "| how | process wall time (median, min-max) | run | steps (median s, slowest first) |",
-        "|---|---|---|---|",
+        "| how | process wall time (median, min-max) | run | process CPU | server JVM CPU "
+        "| steps (median s, slowest first) |",
+        "|---|---|---|---|---|---|",
         *summarize("(a) `local[*]`, fresh process", local),
         *summarize("(b) warm Spark Connect server", remote),
     ]
@@ -197,7 +239,8 @@ def main() -> int:
             f"Machine: {describe_machine()}; load average {load_before:.1f} before the runs.",
             f"`{args.notifications}` notifications generated, {args.repeat} runs each; "
             f"the server's first {len(warmups)} run(s) (warm-up, not counted) took "
-            f"{warm_walls} s.",
+            f"{warm_walls} s"
+            + (f"; the server's JIT compilers took {warm_jit} s of CPU in them." if warm_jit else "."),
             "",
             *rows,
             END,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -51,3 +52,65 @@ def write_results(block: str, begin: str, end: str, section: str) -> None:
     else:
         text = text.rstrip("\n") + f"\n\n## {section}\n\n" + block + "\n"
     path.write_text(text)
+
+
+def _stat_cpu_s(stat_path: str) -> float:
+    """User + system CPU seconds from a /proc ``stat`` file (a process's or a thread's)."""
+    with open(stat_path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_tree_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its descendants (Linux /proc)."""
+    total = 0.0
+    stack = [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            total += _stat_cpu_s(f"/proc/{current}/stat")
+            with open(f"/proc/{current}/task/{current}/children") as f:
+                stack.extend(int(x) for x in f.read().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+def find_in_tree(pid: int, comm: str) -> int | None:
+    """The first process named ``comm`` (its /proc ``comm``) in ``pid``'s tree, itself included."""
+    stack = [pid]
+    while stack:
+        current = stack.pop(0)
+        try:
+            with open(f"/proc/{current}/comm") as f:
+                if f.read().strip() == comm:
+                    return current
+            with open(f"/proc/{current}/task/{current}/children") as f:
+                stack.extend(int(x) for x in f.read().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return None
+
+
+# HotSpot's thread names: "C2 CompilerThread0", "C1 CompilerThread0", "GC Thread#0", "G1 Conc#0",
+# "G1 Refine#0", "G1 Service", "VM Thread" (safepoint work, GC pauses of the serial parts).
+_JIT_THREAD = re.compile(r"C[12] CompilerThre")
+_GC_THREAD = re.compile(r"GC Thread|G1 |VM Thread|ParGC|Sweeper")
+
+
+def jvm_cpu_by_role(pid: int) -> dict[str, float]:
+    """A JVM's CPU seconds so far (Linux /proc): ``total`` (every thread, ended ones included),
+    ``jit`` (its compiler threads), ``gc`` (collector, VM and code-sweeper threads)."""
+    out = {"total": _stat_cpu_s(f"/proc/{pid}/stat"), "jit": 0.0, "gc": 0.0}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            cpu = _stat_cpu_s(f"/proc/{pid}/task/{tid}/stat")
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended in between
+        if _JIT_THREAD.match(name):
+            out["jit"] += cpu
+        elif _GC_THREAD.match(name):
+            out["gc"] += cpu
+    return out
