@@ -19,7 +19,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from resources.spark import SERVER_JIT, driver_config, scheduler_config, spark_home, sql_config
+from resources.spark import SERVER_GC, SERVER_JIT, driver_config, scheduler_config, spark_home, sql_config
 
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -66,7 +66,8 @@ def connect_server_command(
 ) -> list[str]:
     """``start-connect-server.sh --wait``: a Spark Connect server in the foreground on ``host:port``.
 
-    Its driver gets the platform's settings (UTC, ANSI, memory, the JDBC jars), and runs its work on
+    Its driver gets the platform's settings (UTC, ANSI, memory, the JDBC jars, C2 and the parallel
+    collector for a JVM that serves many runs), and runs its work on
     ``master`` (``local[*]`` in the server's process, or a cluster's ``spark://...``). The clients'
     sessions set their own SQL settings too, so two platforms can share one server. Jobs are
     scheduled FAIR over the platform's pools, so an increment's jobs need not wait for a derived run's.
@@ -74,7 +75,7 @@ def connect_server_command(
     conf = {
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
-        **driver_config(driver_memory, jit_default=SERVER_JIT, master=master),
+        **driver_config(driver_memory, jit_default=SERVER_JIT, gc_default=SERVER_GC, master=master),
         **scheduler_config(),
         **sql_config(),
         **(extra_conf or {}),

@@ -118,10 +118,34 @@ SERVER_JIT = "full"
 
 def jit_options(default: str = RUN_DRIVER_JIT) -> tuple[str, ...]:
     """A driver's JVM options for the JIT mode ``NGSI_SPARK_JIT`` names, else ``default``."""
-    mode = os.environ.get("NGSI_SPARK_JIT") or default
-    if mode not in JIT_OPTIONS:
-        raise ValueError(f"NGSI_SPARK_JIT must be one of {', '.join(JIT_OPTIONS)}, not {mode!r}")
-    return JIT_OPTIONS[mode]
+    return _mode_options("NGSI_SPARK_JIT", JIT_OPTIONS, default)
+
+
+def _mode_options(variable: str, modes: Mapping[str, tuple[str, ...]], default: str) -> tuple[str, ...]:
+    mode = os.environ.get(variable) or default
+    if mode not in modes:
+        raise ValueError(f"{variable} must be one of {', '.join(modes)}, not {mode!r}")
+    return modes[mode]
+
+
+# HotSpot's garbage collector for a driver (``NGSI_SPARK_GC``). G1, the JVM's default, runs refinement
+# and marking threads beside the application and puts barriers in its code, for short pauses; the
+# parallel collector does its work in stop-the-world pauses, for throughput. A Connect server on 2
+# cores is throughput-bound (the runs keep both cores busy): with "parallel" its JVM used 19.5 s of
+# CPU for the main job over 1,000 notifications against 24.5 s with G1, and the run took 16.9 s
+# against 19.3 s (medians of six alternated pairs on two warm servers; BENCHMARKS.md, "The main
+# job", session 54). A run's own driver keeps the JVM's default: not measured there.
+GC_OPTIONS: dict[str, tuple[str, ...]] = {
+    "parallel": ("-XX:+UseParallelGC",),
+    "g1": (),
+}
+RUN_DRIVER_GC = "g1"
+SERVER_GC = "parallel"
+
+
+def gc_options(default: str = RUN_DRIVER_GC) -> tuple[str, ...]:
+    """A driver's JVM options for the collector ``NGSI_SPARK_GC`` names, else ``default``."""
+    return _mode_options("NGSI_SPARK_GC", GC_OPTIONS, default)
 
 
 # Local lakes (file: paths). Hadoop's default file system for them writes a ``.crc`` side file beside
@@ -141,10 +165,12 @@ def driver_config(
     *,
     ui: bool | None = None,
     jit_default: str = RUN_DRIVER_JIT,
+    gc_default: str = RUN_DRIVER_GC,
     master: str = "local[*]",
 ) -> dict[str, str]:
     """The settings of a Spark driver the platform starts itself (in process, or a Connect server);
-    ``jit_default``: its JIT mode when ``NGSI_SPARK_JIT`` is unset; ``master``: where its tasks run."""
+    ``jit_default`` and ``gc_default``: its JIT mode and collector when ``NGSI_SPARK_JIT`` and
+    ``NGSI_SPARK_GC`` are unset; ``master``: where its tasks run."""
     jit = jit_options(jit_default)
     conf = {
         "spark.driver.memory": driver_memory or os.environ.get("NGSI_SPARK_DRIVER_MEMORY", "4g"),
@@ -153,7 +179,7 @@ def driver_config(
         # Every query shape of the platform compiled once: the default 100 entries were evicted by
         # the next run (measured: an increment 11.3 -> 9.3 s through a warm Connect server).
         "spark.sql.codegen.cache.maxEntries": "4000",
-        "spark.driver.extraJavaOptions": " ".join(("-Dlog4j2.level=WARN", *jit)),
+        "spark.driver.extraJavaOptions": " ".join(("-Dlog4j2.level=WARN", *jit, *gc_options(gc_default))),
         **LOCAL_FILES,
         **local_file_settings(master),
     }

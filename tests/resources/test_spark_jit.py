@@ -1,4 +1,5 @@
-"""``NGSI_SPARK_JIT``: the JIT options of the drivers the platform starts, and that they reach the JVM."""
+"""``NGSI_SPARK_JIT`` and ``NGSI_SPARK_GC``: the JIT and collector options of the drivers the platform
+starts, and that they reach the JVM."""
 
 from __future__ import annotations
 
@@ -14,6 +15,13 @@ from resources.spark import EXECUTOR_JIT, default_spark_config
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
+PARALLEL = ["-XX:+UseParallelGC"]
+
+
+@pytest.fixture(autouse=True)
+def _no_gc_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test sets the collector variable it means; the session's own stays out."""
+    monkeypatch.delenv("NGSI_SPARK_GC", raising=False)
 
 
 def _run_driver_options() -> list[str]:
@@ -45,7 +53,7 @@ def _server_executor_options() -> list[str] | None:
 def test_a_run_driver_stops_at_c1_and_a_server_keeps_c2_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NGSI_SPARK_JIT", raising=False)
     assert _run_driver_options() == ["-Dlog4j2.level=WARN", *QUICK]
-    assert _server_options() == ["-Dlog4j2.level=WARN"]
+    assert _server_options() == ["-Dlog4j2.level=WARN", *PARALLEL]
     # A cluster's executors live as long as their driver: they get its mode (none to add for full).
     assert _run_executor_options() == QUICK
     assert _server_executor_options() is None
@@ -55,7 +63,7 @@ def test_a_run_driver_stops_at_c1_and_a_server_keeps_c2_by_default(monkeypatch: 
 def test_the_variable_sets_both(monkeypatch: pytest.MonkeyPatch, mode: str, expected: list[str]) -> None:
     monkeypatch.setenv("NGSI_SPARK_JIT", mode)
     assert _run_driver_options() == ["-Dlog4j2.level=WARN", *expected]
-    assert _server_options() == ["-Dlog4j2.level=WARN", *expected]
+    assert _server_options() == ["-Dlog4j2.level=WARN", *expected, *PARALLEL]
     assert _run_executor_options() == (expected or None)
     assert _server_executor_options() == (expected or None)
 
@@ -66,13 +74,36 @@ def test_an_unknown_mode_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> 
         default_spark_config("local[1]")
 
 
+def test_a_server_collects_in_parallel_and_a_run_driver_keeps_the_jvm_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NGSI_SPARK_JIT", raising=False)
+    assert _server_options() == ["-Dlog4j2.level=WARN", *PARALLEL]
+    assert _run_driver_options() == ["-Dlog4j2.level=WARN", *QUICK]
+    # The collector is the driver's alone: a cluster's executors keep their own.
+    assert _server_executor_options() is None
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("parallel", PARALLEL), ("g1", [])])
+def test_the_gc_variable_sets_both(monkeypatch: pytest.MonkeyPatch, mode: str, expected: list[str]) -> None:
+    monkeypatch.setenv("NGSI_SPARK_JIT", "full")
+    monkeypatch.setenv("NGSI_SPARK_GC", mode)
+    assert _run_driver_options() == ["-Dlog4j2.level=WARN", *expected]
+    assert _server_options() == ["-Dlog4j2.level=WARN", *expected]
+
+
+def test_an_unknown_collector_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NGSI_SPARK_GC", "zgc")
+    with pytest.raises(ValueError, match=r"NGSI_SPARK_GC must be one of parallel, g1, not 'zgc'"):
+        connect_server_command(15002)
+
+
 PROBE = """
 from dagster_pyspark.resources import spark_session_from_config
 from resources.spark import default_spark_config
 jvm = spark_session_from_config(default_spark_config("local[1]", ui=False)).sparkContext._jvm
 bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
     jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
-print("options", bean.getVMOption("TieredStopAtLevel").getValue(), bean.getVMOption("ReservedCodeCacheSize").getValue())
+print("options", bean.getVMOption("TieredStopAtLevel").getValue(), bean.getVMOption("ReservedCodeCacheSize").getValue(),
+      bean.getVMOption("UseParallelGC").getValue())
 """
 
 
@@ -80,9 +111,22 @@ print("options", bean.getVMOption("TieredStopAtLevel").getValue(), bean.getVMOpt
 def test_a_run_drivers_jvm_gets_the_options() -> None:
     """A driver started as a run starts one, in a process of its own with the default environment:
     its JVM compiles with C1 only, with the full code cache."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NGSI_SPARK_JIT", "NGSI_SPARK_GC")}
+    assert _probe(env) == [f"options 1 {240 * 2**20} false"]
+
+
+@pytest.mark.spark
+def test_the_parallel_collector_reaches_the_drivers_jvm() -> None:
+    """With ``NGSI_SPARK_GC=parallel`` (a Connect server's default) the JVM runs the parallel collector."""
     env = {k: v for k, v in os.environ.items() if k != "NGSI_SPARK_JIT"}
+    env["NGSI_SPARK_GC"] = "parallel"
+    assert _probe(env) == [f"options 1 {240 * 2**20} true"]
+
+
+def _probe(env: dict[str, str]) -> list[str]:
     out = subprocess.run(
         [sys.executable, "-c", PROBE], cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
     )
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("options ")]
-    assert lines == [f"options 1 {240 * 2**20}"], out.stderr[-3000:]
+    assert lines, out.stderr[-3000:]
+    return lines
