@@ -14,8 +14,8 @@ each time in a new process, on a fresh lake and Dagster instance:
 Reported per run: the process's wall time (Python and Dagster start included), the run's time, each
 asset step's time read back from the Dagster event log, and the CPU seconds the run cost: the
 Python process's own (in (a) without its JVM, which it does not wait for), and in (b) the server's
-JVM, with what of it went to HotSpot's JIT compilers and to its collector (a young server's compilers are a large part of a run: see
-BENCHMARKS.md, "The main job", session 54).
+JVM, with what of it went to HotSpot's JIT compilers and to its collector (a young server's
+compilers are a large part of a run: see BENCHMARKS.md, "The main job", session 54).
 """
 
 from __future__ import annotations
