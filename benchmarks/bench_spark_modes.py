@@ -126,8 +126,8 @@ def run_once(
     wall = time.monotonic() - started
     process_cpu = _children_cpu_s() - cpu_before
     server_cpu = None
-    if server_jvm and server_before:
-        after = jvm_cpu_by_role(server_jvm)
+    if server_before is not None:
+        after = jvm_cpu_by_role(server_jvm)  # type: ignore[arg-type]  # set with server_before
         server_cpu = {k: after[k] - server_before[k] for k in after}
     if proc.returncode != 0:
         raise RuntimeError(f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

@@ -35,7 +35,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.machine import describe_machine, stop_cleanly_on_sigterm, write_results  # noqa: E402
+from benchmarks.machine import (  # noqa: E402
+    describe_machine,
+    process_cpu_s,
+    stop_cleanly_on_sigterm,
+    write_results,
+)
 
 BEGIN, END = "<!-- bench_sth_api:begin -->", "<!-- bench_sth_api:end -->"
 ATTRS = ("speed", "fuel", "temperature", "state")
@@ -159,12 +164,6 @@ def queries(raw_documents: int) -> dict[str, Any]:
     }
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _load(base_url: str, make: Any, seconds: float, concurrency: int) -> dict[str, float]:
     import aiohttp
 
@@ -265,9 +264,9 @@ def main() -> int:
             try:
                 results[size] = {}
                 for name, make in queries(size).items():
-                    cpu = _cpu_seconds(process.pid)
+                    cpu = process_cpu_s(process.pid)
                     results[size][name] = r = asyncio.run(_load(base_url, make, args.seconds, args.concurrency))
-                    r["api_cpu_ms"] = 1000 * (_cpu_seconds(process.pid) - cpu) / max(1, r["requests"])
+                    r["api_cpu_ms"] = 1000 * (process_cpu_s(process.pid) - cpu) / max(1, r["requests"])
                     print(f"  {name}: {r['rps']:.1f} req/s, p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
                           f"{r['errors']} errors", flush=True)  # fmt: skip
             finally:

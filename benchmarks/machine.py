@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 
 
 def stop_cleanly_on_sigterm() -> None:
@@ -61,16 +62,30 @@ def _stat_cpu_s(stat_path: str) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process so far (Linux /proc)."""
+    return _stat_cpu_s(f"/proc/{pid}/stat")
+
+
+def _tree(pid: int) -> Iterator[int]:
+    """``pid`` and its descendants, breadth first, as /proc lists them; processes gone meanwhile are skipped."""
+    queue = [pid]
+    while queue:
+        current = queue.pop(0)
+        try:
+            with open(f"/proc/{current}/task/{current}/children") as f:
+                queue.extend(int(x) for x in f.read().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        yield current
+
+
 def process_tree_cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process and its descendants (Linux /proc)."""
     total = 0.0
-    stack = [pid]
-    while stack:
-        current = stack.pop()
+    for current in _tree(pid):
         try:
-            total += _stat_cpu_s(f"/proc/{current}/stat")
-            with open(f"/proc/{current}/task/{current}/children") as f:
-                stack.extend(int(x) for x in f.read().split())
+            total += process_cpu_s(current)
         except (FileNotFoundError, ProcessLookupError):
             continue
     return total
@@ -78,15 +93,11 @@ def process_tree_cpu_s(pid: int) -> float:
 
 def find_in_tree(pid: int, comm: str) -> int | None:
     """The first process named ``comm`` (its /proc ``comm``) in ``pid``'s tree, itself included."""
-    stack = [pid]
-    while stack:
-        current = stack.pop(0)
+    for current in _tree(pid):
         try:
             with open(f"/proc/{current}/comm") as f:
                 if f.read().strip() == comm:
                     return current
-            with open(f"/proc/{current}/task/{current}/children") as f:
-                stack.extend(int(x) for x in f.read().split())
         except (FileNotFoundError, ProcessLookupError):
             continue
     return None
@@ -101,7 +112,7 @@ _GC_THREAD = re.compile(r"GC Thread|G1 |VM Thread|ParGC|Sweeper")
 def jvm_cpu_by_role(pid: int) -> dict[str, float]:
     """A JVM's CPU seconds so far (Linux /proc): ``total`` (every thread, ended ones included),
     ``jit`` (its compiler threads), ``gc`` (collector, VM and code-sweeper threads)."""
-    out = {"total": _stat_cpu_s(f"/proc/{pid}/stat"), "jit": 0.0, "gc": 0.0}
+    out = {"total": process_cpu_s(pid), "jit": 0.0, "gc": 0.0}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
