@@ -1,0 +1,168 @@
+"""WarmRunLauncher: runs launched from a warm process, through a real instance, with real processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from dagster import DagsterInstance, DagsterRunStatus
+from dagster._core.definitions.reconstruct import ReconstructableRepository
+from dagster._core.errors import DagsterInvariantViolationError
+from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
+
+from ngsi_assets.run_launcher import DEFAULT_PRELOAD, WORKER_TAG, WarmRunLauncher, same_python
+from tests.fixtures.launcher import jobs
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 120
+
+
+@pytest.fixture
+def instance(tmp_path: Path):
+    """An instance configured as the platform's ``dagster.yaml`` configures it (its launcher, run
+    monitoring's settings), on SQLite in a fresh home."""
+    config = yaml.safe_load((REPO / "dagster.yaml").read_text())
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(
+        yaml.safe_dump({"run_launcher": config["run_launcher"], "run_monitoring": config["run_monitoring"]})
+    )
+    with DagsterInstance.from_config(str(home)) as inst:
+        yield inst
+
+
+def _origin(job_name: str) -> JobPythonOrigin:
+    repo = ReconstructableRepository.for_module("tests.fixtures.launcher.jobs", "defs", working_directory=str(REPO))
+    return repo.get_reconstructable_job(job_name).get_python_origin()
+
+
+def _launch(instance: DagsterInstance, job, run_config: dict, origin: JobPythonOrigin | None = None) -> str:
+    run = instance.create_run_for_job(job_def=job, run_config=run_config, job_code_origin=origin or _origin(job.name))
+    instance.launch_run(run.run_id, workspace=None)  # type: ignore[arg-type]
+    return run.run_id
+
+
+def _wait(instance: DagsterInstance, run_id: str, timeout: float = TIMEOUT_S) -> DagsterRunStatus:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = instance.get_run_by_id(run_id)
+        if run is not None and run.is_finished:
+            return run.status
+        time.sleep(0.2)
+    raise AssertionError(f"run {run_id} not finished after {timeout} s: {instance.get_run_by_id(run_id).status}")
+
+
+def _engine_messages(instance: DagsterInstance, run_id: str) -> list[str]:
+    return [r.message or "" for r in instance.all_logs(run_id)]
+
+
+def test_the_platform_instance_uses_the_warm_launcher(instance: DagsterInstance) -> None:
+    assert isinstance(instance.run_launcher, WarmRunLauncher)
+    assert instance.run_launcher._preload == DEFAULT_PRELOAD
+    assert instance.cancellation_thread_poll_interval_seconds == 1
+
+
+def test_a_run_succeeds_in_a_process_forked_from_the_warm_one(instance: DagsterInstance, tmp_path: Path) -> None:
+    out = tmp_path / "out.txt"
+    run_id = _launch(instance, jobs.write_job, {"ops": {"write_pid": {"config": {"path": str(out)}}}})
+    assert _wait(instance, run_id) == DagsterRunStatus.SUCCESS
+    pid, preloaded = out.read_text().split()
+    # Its own process, which found the warm process's imports already there.
+    assert int(pid) != os.getpid()
+    assert preloaded == "1"
+    run = instance.get_run_by_id(run_id)
+    assert run.tags[WORKER_TAG] == f"{os.uname().nodename}:{pid}"
+    assert any("forked from a warm process" in m for m in _engine_messages(instance, run_id))
+
+
+def test_two_runs_get_two_processes(instance: DagsterInstance, tmp_path: Path) -> None:
+    outs = [tmp_path / f"out{i}.txt" for i in range(2)]
+    run_ids = [_launch(instance, jobs.write_job, {"ops": {"write_pid": {"config": {"path": str(o)}}}}) for o in outs]
+    assert [_wait(instance, r) for r in run_ids] == [DagsterRunStatus.SUCCESS] * 2
+    assert len({o.read_text().split()[0] for o in outs}) == 2
+
+
+def test_a_failing_op_fails_the_run_with_its_error(instance: DagsterInstance) -> None:
+    run_id = _launch(instance, jobs.fail_job, {})
+    assert _wait(instance, run_id) == DagsterRunStatus.FAILURE
+    errors = [
+        r.dagster_event.event_specific_data.error.to_string()
+        for r in instance.all_logs(run_id)
+        if r.dagster_event is not None and r.dagster_event.is_step_failure
+    ]
+    assert any("this op fails on purpose" in e for e in errors)
+
+
+def test_a_job_that_cannot_be_loaded_fails_the_run(instance: DagsterInstance) -> None:
+    good = _origin("write_job")
+    missing = good._replace(job_name="no_such_job")
+    run_id = _launch(instance, jobs.write_job, {"ops": {"write_pid": {"config": {"path": "/dev/null"}}}}, missing)
+    assert _wait(instance, run_id) == DagsterRunStatus.FAILURE
+    assert any("Could not load job definition" in m for m in _engine_messages(instance, run_id))
+
+
+def test_terminate_cancels_a_running_run_from_another_launcher(instance: DagsterInstance, tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    run_id = _launch(
+        instance, jobs.sleep_job, {"ops": {"sleep_op": {"config": {"seconds": 300, "started": str(started)}}}}
+    )
+    deadline = time.monotonic() + TIMEOUT_S
+    while not started.exists():
+        assert time.monotonic() < deadline, "the run never started its op"
+        time.sleep(0.2)
+    pid = int(started.read_text())
+    # Another process's launcher (the UI's, run monitoring's): no handle on the run's process.
+    other = WarmRunLauncher()
+    other.register_instance(instance)
+    assert other.terminate(run_id) is True
+    assert _wait(instance, run_id, timeout=60) == DagsterRunStatus.CANCELED
+    deadline = time.monotonic() + 30
+    while _alive(pid):
+        assert time.monotonic() < deadline, f"the run's process {pid} is still alive"
+        time.sleep(0.2)
+    # A finished run is not terminated again.
+    assert other.terminate(run_id) is False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_a_run_of_another_python_goes_to_the_default_launcher(instance: DagsterInstance) -> None:
+    origin = _origin("write_job")
+    repo = origin.repository_origin
+    other = origin._replace(
+        repository_origin=RepositoryPythonOrigin(
+            executable_path="/usr/bin/some-other-python",
+            code_pointer=repo.code_pointer,
+            container_image=repo.container_image,
+            entry_point=repo.entry_point,
+            container_context=repo.container_context,
+        )
+    )
+    run = instance.create_run_for_job(
+        job_def=jobs.write_job,
+        run_config={"ops": {"write_pid": {"config": {"path": "/dev/null"}}}},
+        job_code_origin=other,
+    )
+    # The default launcher needs the code location's gRPC server, which this launch has not: it
+    # fails at launch, and no process was forked for it.
+    with pytest.raises(DagsterInvariantViolationError, match="DefaultRunLauncher requires a workspace"):
+        instance.launch_run(run.run_id, workspace=None)  # type: ignore[arg-type]
+    run = instance.get_run_by_id(run.run_id)
+    assert run.status == DagsterRunStatus.FAILURE
+    assert WORKER_TAG not in run.tags
+
+
+def test_same_python() -> None:
+    assert same_python(sys.executable)
+    assert same_python(None)
+    assert not same_python("/usr/bin/some-other-python")
