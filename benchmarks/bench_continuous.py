@@ -225,15 +225,50 @@ def sample_queue(home: Path, obs: Observations, stop: threading.Event) -> None:
             stop.wait(5)
 
 
-def freshness(obs: Observations) -> list[float]:
-    """Seconds from each acknowledged notification to the first poll showing its car at its seq or later."""
+def delays(obs: Observations) -> list[tuple[float, float]]:
+    """(time of the 201, time of the first poll showing its car at its seq or later) per acknowledged
+    notification seen in last data."""
     out = []
     for (car, seq), acked in obs.acks.items():
         for t, shown in obs.visible.get(car, []):
             if shown >= seq:
-                out.append(max(0.0, t - acked))
+                out.append((acked, max(acked, t)))
                 break
     return out
+
+
+def freshness_timeline(pairs: Iterable[tuple[float, float]], since: float, step_s: float = 60.0) -> list[tuple]:
+    """(minute since ``since``, p95, max) of the notifications acknowledged in each ``step_s`` window:
+    where in the traffic freshness was worst."""
+    windows: dict[int, list[float]] = {}
+    for acked, seen in pairs:
+        windows.setdefault(int((acked - since) // step_s), []).append(seen - acked)
+    return [(w, round(pct(v, 95), 1), round(max(v), 1)) for w, v in sorted(windows.items()) if w >= 0]
+
+
+def worst_moments(
+    pairs: Iterable[tuple[float, float]], runs: Iterable[RunWindow], since: float, count: int = 5, apart_s: float = 60.0
+) -> list[dict[str, Any]]:
+    """The ``count`` worst delays at least ``apart_s`` apart (by time of the 201), each with the runs
+    that were executing between the 201 and the row's appearance: what a slow moment waited on."""
+    chosen: list[tuple[float, float]] = []
+    for acked, seen in sorted(pairs, key=lambda p: p[0] - p[1]):
+        if all(abs(acked - a) >= apart_s for a, _ in chosen):
+            chosen.append((acked, seen))
+            if len(chosen) == count:
+                break
+    return [
+        {
+            "at_s": round(acked - since),
+            "delay_s": round(seen - acked, 1),
+            "runs": [
+                (r.job.removeprefix("ngsi_").removesuffix("_job"), round(r.start - since), round(r.end - r.start, 1))
+                for r in sorted(runs, key=lambda r: r.start)
+                if r.start < seen and r.end > acked
+            ],
+        }
+        for acked, seen in chosen
+    ]
 
 
 def pct(values: list[float], p: float) -> float:
@@ -241,18 +276,29 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
 
 
-def runs_summary(home: Path) -> list[tuple[str, float, str]]:
-    """(job name, duration in seconds, status) of every finished run."""
+@dataclass(frozen=True)
+class RunWindow:
+    job: str
+    start: float
+    end: float
+    status: str
+
+
+def run_windows(home: Path) -> list[RunWindow]:
+    """Every finished run: its job, start and end (epoch seconds) and status."""
     from dagster import DagsterInstance
 
-    out = []
     with DagsterInstance.from_config(str(home)) as instance:
-        for record in instance.get_run_records():
-            if record.start_time and record.end_time:
-                out.append(
-                    (record.dagster_run.job_name, record.end_time - record.start_time, record.dagster_run.status.value)
-                )
-    return out
+        return [
+            RunWindow(r.dagster_run.job_name, r.start_time, r.end_time, r.dagster_run.status.value)
+            for r in instance.get_run_records()
+            if r.start_time and r.end_time
+        ]
+
+
+def runs_summary(windows: Iterable[RunWindow]) -> list[tuple[str, float, str]]:
+    """(job name, duration in seconds, status) of every finished run."""
+    return [(w.job, w.end - w.start, w.status) for w in windows]
 
 
 def steps_median(per_run: Iterable[Mapping[str, float]]) -> dict[str, float]:
@@ -471,7 +517,8 @@ def main(argv: list[str] | None = None) -> int:
         stop_watch.set()
         for t in watchers:
             t.join(timeout=30)
-        fresh = freshness(obs)
+        pairs = delays(obs)
+        fresh = [seen - acked for acked, seen in pairs]
         complete = completeness(obs, lake, pg_url, my_db_url, args.cars)
         # The figures that need no Dagster instance first, so a failure reading it loses less.
         if fresh:
@@ -481,7 +528,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{complete['everything_in_every_table']}",
                 flush=True,
             )
-        runs = runs_summary(home)
+        windows = run_windows(home)
+        runs = runs_summary(windows)
         during = [(w, e) for t, w, e in obs.queue if started <= t <= traffic_end]
         durations = [d for _, d, _ in runs]
         result = {
@@ -498,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
                 "max": max(fresh) if fresh else None,
                 "measured": len(fresh),
             },
+            "freshness_timeline": freshness_timeline(pairs, started),
+            "worst_moments": worst_moments(pairs, windows, started),
             "queue_max_waiting": max((w for w, _ in during), default=0),
             "queue_timeline": [(round(t - started), w, e) for t, w, e in obs.queue[:: max(1, len(obs.queue) // 40)]],
             "runs": len(runs),
@@ -623,6 +673,30 @@ def render(r: dict[str, Any]) -> str:
                 f"{r['landing_ticks']['gaps_over_7_5s']} gaps over 7.5 s (a daemon loop is 5 s).",
             ]
             if r.get("landing_ticks")
+            else []
+        ),
+        *(
+            [
+                "",
+                "Freshness per minute of traffic (minute: p95 / max, s): "
+                + ", ".join(f"{m}: {p:.0f} / {x:.0f}" for m, p, x in r["freshness_timeline"])
+                + ".",
+            ]
+            if r.get("freshness_timeline")
+            else []
+        ),
+        *(
+            [
+                "",
+                "The worst delays, a minute apart, and the runs executing meanwhile (job, start and duration, s): "
+                + "; ".join(
+                    f"{w['delay_s']:.1f} s at {w['at_s']}s: "
+                    + (", ".join(f"{job} {t}s {d:.1f}" for job, t, d in w["runs"]) or "no run")
+                    for w in r["worst_moments"]
+                )
+                + ".",
+            ]
+            if r.get("worst_moments")
             else []
         ),
         "",
