@@ -420,6 +420,15 @@ def caught_up(obs: Observations) -> bool:
     return all(obs.visible.get(car) and obs.visible[car][-1][1] >= s for car, s in last_seq.items())
 
 
+def without_launcher(config: Path) -> None:
+    """Drop the ``run_launcher`` block from a copy of ``dagster.yaml``: Dagster's default launcher."""
+    import yaml
+
+    settings = yaml.safe_load(config.read_text())
+    settings.pop("run_launcher", None)
+    config.write_text(yaml.safe_dump(settings, sort_keys=False))
+
+
 def main(argv: list[str] | None = None) -> int:
     stop_cleanly_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -438,6 +447,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="NGSI_STEPS_SIDE_BY_SIDE for the daemon's runs (default: the platform's)",
+    )
+    parser.add_argument(
+        "--run-launcher",
+        choices=("platform", "default"),
+        default="platform",
+        help="the daemon's run launcher: dagster.yaml's (WarmRunLauncher), or Dagster's DefaultRunLauncher",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument("--write-results", action="store_true")
@@ -470,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.steps_side_by_side is not None:
             extra["NGSI_STEPS_SIDE_BY_SIDE"] = str(args.steps_side_by_side)
         env = platform_env(home, landing, lake, extra)
+        if args.run_launcher == "default":
+            without_launcher(home / "dagster.yaml")
         bin_dir = Path(sys.executable).parent
         # The instance's SQLite storage created once, before the daemon and this process's sampler open
         # it side by side: two first openings at once can stamp its version twice, and every later
@@ -538,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
             "cars": args.cars,
             "derived_side_by_side": args.derived_side_by_side,
             "steps_side_by_side": args.steps_side_by_side,
+            "run_launcher": args.run_launcher,
             "acknowledged": len(obs.acks),
             "refused": obs.refused,
             "freshness_s": {
@@ -604,6 +622,7 @@ def render(r: dict[str, Any]) -> str:
         f"`benchmarks/bench_continuous.py --rate {r['rate']:g} --minutes {r['minutes']:g} --cars {r['cars']}"
         + ("" if r.get("derived_side_by_side") is None else f" --derived-side-by-side {r['derived_side_by_side']}")
         + ("" if r.get("steps_side_by_side") is None else f" --steps-side-by-side {r['steps_side_by_side']}")
+        + ("" if r.get("run_launcher", "platform") == "platform" else f" --run-launcher {r['run_launcher']}")
         + "`: "
         "receiver, Dagster daemon with the sensors, one Spark Connect server, PostgreSQL and MariaDB "
         "(historic and last data, dm-by-entity-type), STH in the lake.",

@@ -40,11 +40,24 @@ from dagster._serdes import ConfigurableClassData, deserialize_value, serialize_
 
 log = logging.getLogger(__name__)
 
-# What every run's process imports and the warm process imports once: the heavy third-party
-# libraries, never the project's own modules (the child imports those, so a code change is seen by
-# the next run). A module that is not installed is skipped by the forkserver.
+# What every run's process imports, imported once by the warm process: the heavy third-party
+# libraries, and Dagster's own modules a run's process needs before its first step (the instance's
+# storage, with SQLAlchemy and Alembic, 0.5 s alone; the run worker's; the daemon's command line,
+# which a forked child imports again as its ``__main__``). Never the project's own modules: a child
+# imports those, so a code change is seen by the next run. A module not installed is skipped.
 DEFAULT_PRELOAD = (
     "dagster",
+    "dagster._core.instance.factory",
+    "dagster._core.storage.root",
+    "dagster._core.storage.sqlite_storage",
+    "dagster._core.storage.runs.sqlite",
+    "dagster._core.storage.event_log.sqlite",
+    "dagster._core.storage.schedules.sqlite",
+    "dagster._core.storage.local_compute_log_manager",
+    "dagster._core.execution.run_cancellation_thread",
+    "dagster._grpc.impl",
+    "dagster._daemon.cli",
+    "dagster_postgres",
     "dagster_pyspark",
     "pyspark.sql",
     "pyspark.sql.connect.session",
@@ -54,6 +67,7 @@ DEFAULT_PRELOAD = (
     "psycopg2",
     "pymysql",
     "pymongo",
+    "upath",
 )
 # The run tag naming the process a run runs in (host and pid), for the UI and the operators.
 WORKER_TAG = "ngsi/run-worker"
