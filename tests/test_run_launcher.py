@@ -128,6 +128,48 @@ def test_terminate_cancels_a_running_run_from_another_launcher(instance: Dagster
     assert other.terminate(run_id) is False
 
 
+_VERSIONED_JOB = """
+from pathlib import Path
+
+from dagster import Definitions, in_process_executor, job, op
+
+
+@op
+def write_version() -> None:
+    Path({out!r}).write_text({version!r})
+
+
+@job(executor_def=in_process_executor)
+def versioned_job() -> None:
+    write_version()
+
+
+defs = Definitions(jobs=[versioned_job])
+"""
+
+
+def test_a_code_change_reaches_the_next_run(instance: DagsterInstance, tmp_path: Path) -> None:
+    """The warm process never imports the project's code: each run's process loads its job afresh."""
+    import importlib.util
+
+    code, out = tmp_path / "code", tmp_path / "version.txt"
+    code.mkdir()
+    source = code / "launcher_versioned_jobs.py"
+    origin = (
+        ReconstructableRepository.for_module("launcher_versioned_jobs", "defs", working_directory=str(code))
+        .get_reconstructable_job("versioned_job")
+        .get_python_origin()
+    )
+    for version in ("v1", "v2"):
+        source.write_text(_VERSIONED_JOB.format(out=str(out), version=version))
+        spec = importlib.util.spec_from_file_location(f"versioned_{version}", source)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        run_id = _launch(instance, module.versioned_job, {}, origin)
+        assert _wait(instance, run_id) == DagsterRunStatus.SUCCESS
+        assert out.read_text() == version
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
