@@ -176,8 +176,8 @@ class WarmRunLauncher(DefaultRunLauncher):
         self._instance.add_run_tags(run.run_id, {WORKER_TAG: f"{os.uname().nodename}:{process.pid}"})
         with self._lock:
             self._forget_finished()
+            # Only live processes are kept (the daemon launches thousands of runs a day).
             self._processes[run.run_id] = process
-            self._run_ids.add(run.run_id)
 
     def _forget_finished(self) -> None:
         """Release the handles of run processes that ended (their exit was reaped by the warm process)."""

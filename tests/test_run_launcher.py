@@ -84,6 +84,10 @@ def test_two_runs_get_two_processes(instance: DagsterInstance, tmp_path: Path) -
     run_ids = [_launch(instance, jobs.write_job, {"ops": {"write_pid": {"config": {"path": str(o)}}}}) for o in outs]
     assert [_wait(instance, r) for r in run_ids] == [DagsterRunStatus.SUCCESS] * 2
     assert len({o.read_text().split()[0] for o in outs}) == 2
+    # The launcher keeps handles on live processes only: a third launch releases the two ended ones.
+    third = _launch(instance, jobs.write_job, {"ops": {"write_pid": {"config": {"path": str(tmp_path / "3")}}}})
+    assert set(instance.run_launcher._processes) <= {third}
+    assert _wait(instance, third) == DagsterRunStatus.SUCCESS
 
 
 def test_a_failing_op_fails_the_run_with_its_error(instance: DagsterInstance) -> None:
