@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=600)
     parser.add_argument("--per-key", type=int, default=10)
     parser.add_argument(
-        "--days", type=int, nargs="*", default=[1, 30], help="history ages; none measures only the 1% new keys"
+        "--days", type=int, nargs="*", default=[1, 30], help="history ages; none measures only the 1%% new keys"
     )
     parser.add_argument("--history-keys", type=int, default=60)
     parser.add_argument("--history-per-hour", type=int, default=120)
