@@ -114,7 +114,7 @@ def run_worker(serialized_args: str) -> None:
             except Exception:
                 error = serializable_error_info_from_exc_info(sys.exc_info())
                 instance.report_run_failed(run, f"The run's process could not start the run: {error.message}")
-                raise
+                return
             for _ in core_execute_run(recon_job, run, instance, inject_env_vars=True):
                 pass
         except BaseException:  # noqa: BLE001 - reported in the run's event log (by core_execute_run or above)

@@ -16,6 +16,7 @@ from dagster._core.origin import JobPythonOrigin, RepositoryPythonOrigin
 
 from ngsi_assets.run_launcher import DEFAULT_PRELOAD, WORKER_TAG, WarmRunLauncher, same_python
 from tests.fixtures.launcher import jobs
+from tests.support.processes import alive
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 120
@@ -125,7 +126,7 @@ def test_terminate_cancels_a_running_run_from_another_launcher(instance: Dagster
     assert other.terminate(run_id) is True
     assert _wait(instance, run_id, timeout=60) == DagsterRunStatus.CANCELED
     deadline = time.monotonic() + 30
-    while _alive(pid):
+    while alive(pid):
         assert time.monotonic() < deadline, f"the run's process {pid} is still alive"
         time.sleep(0.2)
     # A finished run is not terminated again.
@@ -172,14 +173,6 @@ def test_a_code_change_reaches_the_next_run(instance: DagsterInstance, tmp_path:
         run_id = _launch(instance, module.versioned_job, {}, origin)
         assert _wait(instance, run_id) == DagsterRunStatus.SUCCESS
         assert out.read_text() == version
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 def test_a_run_of_another_python_goes_to_the_default_launcher(instance: DagsterInstance) -> None:

@@ -20,6 +20,7 @@ import pytest
 from ngsi_assets.ingest.landing import list_segments
 from tests.ingest import samples
 from tests.ingest.harness import ProcessReceiver, landed_lines, start_receiver_process
+from tests.support.processes import alive
 
 pytestmark = pytest.mark.integration
 
@@ -127,14 +128,6 @@ def _children(pid: int) -> list[int]:
         return [int(x) for x in f.read().split()]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_workers_share_the_port_each_with_its_own_segments(tmp_path: Path) -> None:
     receiver = start_receiver_process(tmp_path, "--workers", "2")
     try:
@@ -150,10 +143,10 @@ def test_workers_share_the_port_each_with_its_own_segments(tmp_path: Path) -> No
 
 def test_workers_do_not_outlive_a_killed_parent(tmp_path: Path) -> None:
     receiver = start_receiver_process(tmp_path, "--workers", "2")
-    workers = [pid for pid in _children(receiver.process.pid) if _alive(pid)]
+    workers = [pid for pid in _children(receiver.process.pid) if alive(pid)]
     assert len(workers) >= 2  # the two workers (and multiprocessing's resource tracker)
     receiver.kill()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
+    while time.monotonic() < deadline and any(alive(pid) for pid in workers):
         time.sleep(0.1)
-    assert not any(_alive(pid) for pid in workers)
+    assert not any(alive(pid) for pid in workers)
