@@ -119,7 +119,17 @@ def run_job(
 
 
 def child(job: str, first: str, last: str, increment: Any, derived: bool) -> int:
-    """Run ``job`` over ``first``..``last`` in this process, print its id and seconds as JSON."""
+    """Run ``job`` over ``first``..``last`` in this process, print its id and seconds as JSON.
+
+    The modules the daemon's run processes start with (``WarmRunLauncher``'s preload) are imported
+    before the run, as they are there: a run's time leaves out process start, and importing Dagster's
+    storage cost the run itself about 0.5 s otherwise (py-spy, BENCHMARKS.md, "Growth", session 56)."""
+    import importlib
+
+    from ngsi_assets.run_launcher import DEFAULT_PRELOAD
+
+    for module in DEFAULT_PRELOAD:
+        importlib.import_module(module)
     from ngsi_assets.definitions import defs
     from ngsi_assets.increments import INCREMENT_TAG, Increment
     from ngsi_assets.materialize import run_ingest

@@ -160,6 +160,15 @@ LOCAL_FILES = {
 }
 
 
+# With it on (Spark's default), every pyspark function a transform calls records its Python call site
+# for error messages: a walk of the stack and, with no IPython installed, a failed ``import IPython``
+# that searches every folder of sys.path again, each call. A run builds thousands of columns: 0.2-0.4
+# s of its driver's time (py-spy, an increment of 50 notifications through a Connect server; BENCHMARKS.md,
+# "Growth", session 56). A static setting, read by the clients of a Connect server from it.
+# ``NGSI_SPARK_DATAFRAME_DEBUGGING=1`` turns it back on, for errors that name the transform's line.
+DATAFRAME_DEBUGGING = "spark.python.sql.dataFrameDebugging.enabled"
+
+
 def driver_config(
     driver_memory: str | None = None,
     *,
@@ -180,6 +189,7 @@ def driver_config(
         # the next run (measured: an increment 11.3 -> 9.3 s through a warm Connect server).
         "spark.sql.codegen.cache.maxEntries": "4000",
         "spark.driver.extraJavaOptions": " ".join(("-Dlog4j2.level=WARN", *jit, *gc_options(gc_default))),
+        DATAFRAME_DEBUGGING: "true" if os.environ.get("NGSI_SPARK_DATAFRAME_DEBUGGING") == "1" else "false",
         **LOCAL_FILES,
         **local_file_settings(master),
     }

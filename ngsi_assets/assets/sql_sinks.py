@@ -101,11 +101,14 @@ def _run_sink(
     sql_sinks: SqlSinksResource,
     sink: str,
     check_rows: Callable[[SqlSinkConfig, DataFrame], DataFrame],
-) -> tuple[dict[str, Any], list[tuple[SqlSinkConfig, list[Row], list[dict]]], str | None]:
+    read_back: Callable[[SqlSinkConfig, list[Row]], Any] = lambda _cfg, rows: rows,
+) -> tuple[dict[str, Any], list[tuple[SqlSinkConfig, Any, list[dict]]], str | None]:
     """Write one sink for every configured dialect; returns metadata, per-dialect results, a skip reason.
 
     ``check_rows``: the few rows (a bounded frame of the dialect's written rows) the asset's check
     needs, fetched beside the rejects' counts in the dialect's own thread: one Spark job for both.
+    ``read_back``: what the check compares them with, read from the dialect's server in its thread
+    too (beside the other dialect's Spark jobs); by default the rows themselves.
     """
     keys = context.partition_keys
     configs = sql_sinks.configs()
@@ -119,7 +122,7 @@ def _run_sink(
 
     def write_dialect(
         cfg: SqlSinkConfig,
-    ) -> tuple[SqlSinkConfig, list[Row], list[dict], DataFrame, dict[str, Any], dict[str, int]]:
+    ) -> tuple[SqlSinkConfig, Any, list[dict], DataFrame, dict[str, Any], dict[str, int]]:
         own: dict[str, Any] = {}
         with contextlib.ExitStack() as stack:
             if sink == LAST_DATA:
@@ -145,7 +148,7 @@ def _run_sink(
         reasons = most_frequent(rejects, "reason", MAX_REASONS)
         found = collect_small(reasons=reasons, check=check_rows(cfg, rows))
         counted = {f"{cfg.dialect.value}: {r['reason']}": int(r["count"]) for r in found["reasons"]}
-        return cfg, found["check"], stats, rejects, own, counted
+        return cfg, read_back(cfg, found["check"]), stats, rejects, own, counted
 
     # The dialects are independent (own state folder, own server): their Spark jobs, mostly small
     # and latency-bound, run side by side on the one session.
@@ -299,7 +302,15 @@ def last_data(
     upserts only the keys it touched. Records that cannot be written go to
     the lake dataset `last_data_rejects` with the reason.
     """
-    metadata, results, skipped = _run_sink(context, spark, lake, sql_sinks, LAST_DATA, _check_sample)
+    metadata, results, skipped = _run_sink(
+        context,
+        spark,
+        lake,
+        sql_sinks,
+        LAST_DATA,
+        _check_sample,
+        lambda cfg, sample: (sample, _stored_last_rows(cfg, sample)),
+    )
     check = "last_data_row_equals_newest_event"
     if skipped:
         return MaterializeResult(
@@ -308,8 +319,7 @@ def last_data(
         )
     mismatches: list[str] = []
     checked = 0
-    for cfg, sample, _ in results:
-        stored = _stored_last_rows(cfg, sample)
+    for cfg, (sample, stored), _ in results:
         for r in sample:
             key = (r["database"], r["db"], r["table"], *[r[k] for k in cfg.last_data_unique_key])
             got = stored[key]

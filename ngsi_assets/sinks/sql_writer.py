@@ -681,11 +681,16 @@ def write_dataframe(rows: Any, job: WriteJob, order: Sequence[str], partitions: 
     Rows are clustered by (database, db, table) so a table is written by one task (one transaction), and
     sorted by ``order`` (table, then key) inside each partition. Only the per-table stats, one small
     dict per table, come back to the driver.
+
+    ``partitions``: how many tasks write; by default the session's shuffle partitions, which adaptive
+    execution coalesces when the rows are few (an increment's: one task and one connection per
+    server rather than one per shuffle partition, most of them empty).
     """
     from ngsi_assets.sinks.executors import on_each_partition
     from ngsi_assets.transforms.partitioning import cluster_by
 
-    n = partitions or int(rows.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     by_table = [c for c in ("database", "db", "table") if c in rows.columns]
-    shaped = cluster_by(rows, *by_table, partitions=n).sortWithinPartitions(*[c for c in order if c in rows.columns])
+    shaped = cluster_by(rows, *by_table, partitions=partitions).sortWithinPartitions(
+        *[c for c in order if c in rows.columns]
+    )
     return on_each_partition(shaped, lambda part: write_rows(part, job))
