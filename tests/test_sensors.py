@@ -187,6 +187,21 @@ def test_derived_runs_when_due_and_once_more_when_the_hour_closes() -> None:
     )
 
 
+def test_steady_traffic_gets_its_derived_runs_beside_the_increments() -> None:
+    """Every tick has new data and asks for an increment (each one done before the next tick): the
+    hour's derived runs still come, once per interval, in the ticks of later increments."""
+    t = BASE + timedelta(minutes=10)
+    cursor = LandingCursor()
+    asked: list[tuple[int, list[str]]] = []
+    for tick in range(0, 700, 5):  # 5 s ticks for 700 s, the segment growing every tick
+        requests, cursor = _plan([_seg(0, "a", 10 + tick)], cursor, now=t + timedelta(seconds=tick))
+        asked.append((tick, sorted(r.job_name for r in requests)))
+    assert all("ngsi_increment_job" in jobs for _, jobs in asked)
+    derived_ticks = [tick for tick, jobs in asked if "ngsi_derived_job" in jobs]
+    # Not in the first tick (nothing to fold yet), then every 300 s.
+    assert derived_ticks == [5, 305, 605]
+
+
 def test_a_new_hour_gets_no_derived_run_before_the_closing_run_of_the_hour_before() -> None:
     """In continuous mode the first derived run of hour 1 waits for hour 0's closing run, whose tail
     folded after hour 1 would come late for every key."""
