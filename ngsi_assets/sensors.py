@@ -263,9 +263,8 @@ def plan_landing_runs(
         for name, r in todo.pop(hour).items():
             positions[name] = r[1]
         migrated.add(hour)
-    # Hours some increment was requested for before this tick.
+    # Hours some increment was requested for before this tick: what a derived run could fold.
     requested_before = {segment_hour(n) for n in positions}
-    increment_hour = None
     # One increment executes, the next waits: it starts as soon as the lane is free (no sensor tick
     # in between) and, growing to what landed by then, leaves nothing that landed while it waited
     # to the run after it. Its ranges may overlap what the executing run grew to: it takes only
@@ -304,7 +303,7 @@ def plan_landing_runs(
             # later tick may ask for both; under steady traffic nearly every tick asks for an
             # increment, and a derived run that waited for a tick without one never came (measured:
             # 2 derived runs in 20 minutes at 100/s, at the start and after the traffic).
-            if closed or (due and (hour != increment_hour or hour in requested_before)):
+            if closed or (due and hour in requested_before):
                 tags = derived_run_tags(settings)
                 requests.append(LandingRequest(derived_job.name, hour, f"{hour}@derived:{digest}", tags))
                 # A run requested while increments of the hour are still open may start before they

@@ -163,7 +163,7 @@ LOCAL_FILES = {
 # With it on (Spark's default), every pyspark function a transform calls records its Python call site
 # for error messages: a walk of the stack and, with no IPython installed, a failed ``import IPython``
 # that searches every folder of sys.path again, each call. A run builds thousands of columns: 0.2-0.4
-# s of its driver's time (py-spy, an increment of 50 notifications through a Connect server; BENCHMARKS.md,
+# s of its driver's time (py-spy, an increment of 100 notifications through a Connect server; BENCHMARKS.md,
 # "Growth", session 56). A static setting, read by the clients of a Connect server from it.
 # ``NGSI_SPARK_DATAFRAME_DEBUGGING=1`` turns it back on, for errors that name the transform's line.
 DATAFRAME_DEBUGGING = "spark.python.sql.dataFrameDebugging.enabled"

@@ -7,16 +7,12 @@ import pytest
 from pyspark.errors import utils as pyspark_error_utils
 from pyspark.sql import SparkSession
 
-from ngsi_assets.spark_servers import connect_server_command
 from resources.spark import DATAFRAME_DEBUGGING, default_spark_config
+from tests.support.spark import connect_server_conf
 
 
 def _server_setting() -> str | None:
-    cmd = connect_server_command(15002)
-    confs = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--conf"]
-    values = [c.split("=", 1)[1] for c in confs if c.startswith(f"{DATAFRAME_DEBUGGING}=")]
-    assert len(values) <= 1, confs
-    return values[0] if values else None
+    return connect_server_conf(DATAFRAME_DEBUGGING)
 
 
 def test_off_by_default_in_a_run_driver_and_a_server(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from ngsi_assets.spark_servers import connect_server_command
 from resources.spark import EXECUTOR_JIT, default_spark_config
+from tests.support.spark import connect_server_conf
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
@@ -30,11 +31,8 @@ def _run_driver_options() -> list[str]:
 
 def _server_conf(key: str) -> list[str] | None:
     """The options ``key`` of the Connect server's command (on a cluster), split; None if not set."""
-    cmd = connect_server_command(15002, master="spark://127.0.0.1:7077")
-    confs = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--conf"]
-    values = [c.split("=", 1)[1].split() for c in confs if c.startswith(f"{key}=")]
-    assert len(values) <= 1, confs
-    return values[0] if values else None
+    value = connect_server_conf(key, master="spark://127.0.0.1:7077")
+    return None if value is None else value.split()
 
 
 def _server_options() -> list[str] | None:

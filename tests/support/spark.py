@@ -8,7 +8,18 @@ from collections.abc import Iterator, Mapping
 import pytest
 from pyspark.sql import SparkSession
 
+from ngsi_assets.spark_servers import connect_server_command
 from resources.spark import default_spark_config
+
+
+def connect_server_conf(key: str, **command: str) -> str | None:
+    """The value of setting ``key`` in the Connect server's command (``command``: its arguments beside
+    the port); None if it sets none."""
+    cmd = connect_server_command(15002, **command)
+    confs = [cmd[i + 1] for i, arg in enumerate(cmd) if arg == "--conf"]
+    values = [c.split("=", 1)[1] for c in confs if c.startswith(f"{key}=")]
+    assert len(values) <= 1, confs
+    return values[0] if values else None
 
 
 @contextlib.contextmanager
