@@ -8,6 +8,7 @@ Kubernetes) through ``NGSI_SPARK_MASTER``, or connect to a Spark Connect server 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -28,6 +29,7 @@ from pydantic import PrivateAttr
 
 from resources.lake import is_local
 from resources.local_fs import local_file_settings
+from resources.parallel import inherit_in_threads
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -321,6 +323,14 @@ class PlatformSparkResource(LazyPySparkResource):
     pools_by_tag: dict[str, str] = {}
     _pool: str | None = PrivateAttr(default=None)
 
+    @property
+    def spark_session(self) -> Any:  # noqa: ANN401 (a classic or a Spark Connect session)
+        """The session, with this thread's jobs tagged by the asset whose step asks for it (see
+        ``tag_jobs_with_asset``)."""
+        session = super().spark_session
+        tag_jobs_with_asset(session)
+        return session
+
     def setup_for_execution(self, context: InitResourceContext) -> None:
         run = context.dagster_run
         self._pool = pool_for_tags(self.pools_by_tag, run.tags if run is not None else {})
@@ -360,6 +370,52 @@ class PlatformSparkResource(LazyPySparkResource):
                 with contextlib.suppress(Exception):
                     failed.stop()
             self._spark_session = spark_session_from_config({"spark.remote": remote, **conf})
+
+
+# Every Spark job of an asset's step carries the tag ``ngsi-asset-<asset>``: the Spark UI's job list and
+# an event log tell which asset a job belongs to (benchmarks/bench_rebuild.py counts them per asset).
+ASSET_TAG_PREFIX = "ngsi-asset-"
+
+
+def asset_job_tag(asset: str) -> str:
+    """The job tag of an asset's Spark jobs (a tag holds no comma; asset names are identifiers)."""
+    return ASSET_TAG_PREFIX + asset.replace(",", "_")
+
+
+def tag_jobs_with_asset(session: Any) -> None:  # noqa: ANN401 (a classic or a Spark Connect session)
+    """Tag the Spark jobs this thread starts with the asset of the Dagster step running in it, if any.
+
+    Spark keeps tags per thread (and Spark Connect's client per thread too), so a step's threads
+    started by ``side_by_side`` add it again (``inherit_in_threads``). Outside a step, nothing.
+    """
+    from dagster import OpExecutionContext
+
+    try:
+        context = OpExecutionContext.get()
+    except Exception:  # no step running in this thread
+        return
+    if context is None:
+        return
+    try:
+        name = context.asset_key.path[-1]
+    except Exception:  # an op that is not an asset, or a step of several assets
+        name = context.op.name
+    tag = asset_job_tag(name)
+    _set_asset_tag(session, tag)
+    inherit_in_threads(ASSET_TAG_PREFIX, functools.partial(_set_asset_tag, session, tag))
+
+
+def _set_asset_tag(session: Any, tag: str) -> None:  # noqa: ANN401 (a classic or a Spark Connect session)
+    """``tag`` as this thread's only asset tag (steps run one after another in one thread drop the
+    previous step's)."""
+    tags = session.getTags()
+    if tag in tags and not any(t.startswith(ASSET_TAG_PREFIX) and t != tag for t in tags):
+        return
+    for old in tags:
+        if old.startswith(ASSET_TAG_PREFIX) and old != tag:
+            session.removeTag(old)
+    if tag not in tags:
+        session.addTag(tag)
 
 
 def pool_for_tags(pools_by_tag: Mapping[str, str], tags: Mapping[str, str]) -> str | None:
