@@ -34,16 +34,19 @@ from ngsi_assets.increments import (
 )
 from ngsi_assets.ngsi.constants import MessageStatus
 from ngsi_assets.partitions import hourly_partitions
-from ngsi_assets.transforms.message_store import build_message_store, parse_landing_lines
+from ngsi_assets.transforms.message_store import build_message_store, find_duplicates, parse_landing_lines
 from ngsi_assets.transforms.ngsi_events import ngsi_event_rejects, ngsi_messages, to_ngsi_events
 from ngsi_assets.transforms.plans import first_rows
 from ngsi_assets.transforms.schemas import MESSAGE_STORE, NGSI_EVENT_REJECTS, NGSI_EVENTS
 from resources.lake import PARTITION_COLUMN, FolderWrite, LakeResource, key_to_dt
 from resources.landing import LandingZoneResource
-from resources.spark import collect_small, row_count
+from resources.spark import collect_small, computed_once, row_count
 
 GROUP = "ingest"
 PREVIEW_ROWS = 10
+# Up to this many duplicate ids (about 40 bytes each) are broadcast to the tasks that write the message
+# store, rather than joined by shuffling every message body (see ``_stored_rows``).
+MAX_BROADCAST_DUPLICATES = 1_000_000
 
 
 def _preview_rows(df: DataFrame, columns: Sequence[str]) -> DataFrame:
@@ -82,6 +85,20 @@ def _count_lines(lines: DataFrame) -> tuple[int, bool]:
     return int(row["n"]), bool(row["guids"])
 
 
+def _stored_rows(lines: DataFrame, earlier_guids: DataFrame, has_guids: bool) -> DataFrame:
+    """The message store rows of ``lines``, duplicates marked.
+
+    Without guids there is nothing to mark. Otherwise the duplicates are found first, from the lines'
+    heads alone, and kept: a run's duplicates are few, so they are broadcast to the tasks writing the
+    rows (a join would shuffle every message body, the largest part of the store, to mark a few).
+    """
+    if not has_guids:
+        return build_message_store(lines)
+    (duplicates,) = computed_once(find_duplicates(lines, earlier_guids))
+    found = int(collect_small(n=row_count(duplicates))["n"][0]["n"])
+    return build_message_store(lines, duplicates, broadcast_duplicates=found <= MAX_BROADCAST_DUPLICATES)
+
+
 def _store_hours(
     session: SparkSession, lake: LakeResource, landing: LandingZoneResource, keys: Sequence[str]
 ) -> tuple[DataFrame, int, int, bool]:
@@ -102,7 +119,7 @@ def _store_hours(
         earlier_guids = session.createDataFrame([], "guid string")
     positions = {k: {n: [(0, r[1])] for n, r in ranges.items() if segment_hour(n) == k} for k in keys}
     lake.replace_partitions(
-        build_message_store(lines, earlier_guids),
+        _stored_rows(lines, earlier_guids, has_guids),
         "message_store",
         keys,
         no_dictionary=["data"],
@@ -160,7 +177,7 @@ def _store_increment(
         earlier = lake.read(session, "message_store", MESSAGE_STORE).where(F.col(PARTITION_COLUMN) <= key_to_dt(key))
         earlier_guids = earlier.select("guid") if has_guids else session.createDataFrame([], "guid string")
         lake.append_increment(
-            build_message_store(lines, earlier_guids), "message_store", key, inc.id, no_dictionary=["data"]
+            _stored_rows(lines, earlier_guids, has_guids), "message_store", key, inc.id, no_dictionary=["data"]
         )
         lake.write_hour_file("message_store", key, POSITIONS_FILE, positions_text(advanced(positions, todo)))
         lines.unpersist()

@@ -170,7 +170,21 @@ def mark_duplicates(messages: DataFrame, duplicates: DataFrame) -> DataFrame:
     )
 
 
-def build_message_store(lines: DataFrame, earlier_guids: DataFrame) -> DataFrame:
-    """Landing lines of some hours -> their message store rows, duplicates marked."""
-    envelopes = parse_landing_lines(lines)
-    return mark_duplicates(to_message_store(envelopes), duplicate_guids(envelopes, earlier_guids))
+def find_duplicates(lines: DataFrame, earlier_guids: DataFrame) -> DataFrame:
+    """The ``message_id`` of every landing line whose guid was received before (see ``duplicate_guids``)."""
+    return duplicate_guids(parse_landing_lines(lines), earlier_guids)
+
+
+def build_message_store(
+    lines: DataFrame, duplicates: DataFrame | None = None, *, broadcast_duplicates: bool = False
+) -> DataFrame:
+    """Landing lines of some hours -> their message store rows, the ``duplicates`` marked (status 5).
+
+    ``duplicates``: ``find_duplicates``'s ids, or None when no line carries a guid. The messages are
+    the large side of that join (their bodies); with ``broadcast_duplicates`` the ids, few by nature,
+    are sent to every task instead, so the bodies are written without being shuffled first.
+    """
+    messages = to_message_store(parse_landing_lines(lines))
+    if duplicates is None:
+        return messages
+    return mark_duplicates(messages, F.broadcast(duplicates) if broadcast_duplicates else duplicates)
