@@ -33,6 +33,7 @@ def _inheriting(call: Callable[[], T], setups: dict[str, Callable[[], None]]) ->
 
     return run
 
+
 # Enough to hide the latency of small jobs; more only queues jobs on the same executors.
 DEFAULT_WORKERS = 4
 

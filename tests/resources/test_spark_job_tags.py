@@ -2,7 +2,6 @@
 logs tell which asset a job belongs to; ``benchmarks/bench_rebuild.py`` counts jobs per asset by it),
 in the step's own thread and in the threads it starts with ``side_by_side``."""
 
-
 from dagster import AssetExecutionContext, asset, materialize
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
