@@ -594,6 +594,13 @@ class LakeResource(ConfigurableResource):
             return spark.createDataFrame([], full_schema)
         return spark.read.schema(full_schema).option("basePath", self.dataset_uri(dataset)).parquet(*paths)
 
+    def hours_hold_rows(self, dataset: str, partition_keys: Sequence[str]) -> bool:
+        """Whether any of the hours holds a Parquet file (a whole-hour write's or an increment's): a
+        listing of their folders, nothing read."""
+        self.recover(dataset)
+        fs = self.files()
+        return any(_data_file(n) for k in partition_keys for n in fs.list_names(self.partition_uri(dataset, k)))
+
     def whole_hour_files(self, dataset: str, partition_key: str) -> list[str]:
         """The Parquet files of an hour that no increment wrote (a whole-hour write's)."""
         self.recover(dataset)

@@ -311,11 +311,14 @@ def _materialize(
             )
         )
     else:
-        old = lake.read(session, PARTIALS, STH_PARTIALS, keys)
+        # Hours that hold no partials yet (a new lake, new hours) leave no slot to tombstone: finding
+        # the slots that went would aggregate the events a second time, for nothing.
+        if lake.hours_hold_rows(PARTIALS, keys):
+            partials = with_tombstones(partials, lake.read(session, PARTIALS, STH_PARTIALS, keys))
         lake.replace_together(
             [
                 FolderWrite.hours(sth_rejects(classified), REJECTS, keys),
-                FolderWrite.hours(with_tombstones(partials, old), PARTIALS, keys),
+                FolderWrite.hours(partials, PARTIALS, keys),
             ]
         )
     # The documents the new partials touch (a batch's own, or the hours' with their tombstones).
