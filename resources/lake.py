@@ -499,6 +499,7 @@ class LakeResource(ConfigurableResource):
         *,
         no_dictionary: Sequence[str] = (),
         hour_files: Mapping[str, Mapping[str, str]] | None = None,
+        clustered: bool = False,
     ) -> None:
         """Write ``df`` (which has a ``dt`` column) as exactly the hours ``partition_keys``.
 
@@ -511,11 +512,18 @@ class LakeResource(ConfigurableResource):
 
         ``hour_files`` ({partition key: {name: text}}) are small files written into the staged hour
         folders, so they are swapped in with the rows (names start with ``_``: Spark skips them).
+        ``clustered``: each task's rows fall in one hour (see ``_stage``).
         """
         files = {key_to_dt(k): v for k, v in (hour_files or {}).items()}
         hours = FolderWrite.hours(df, dataset, partition_keys)
         self.replace_folders(
-            df, dataset, PARTITION_COLUMN, hours.values, no_dictionary=no_dictionary, folder_files=files
+            df,
+            dataset,
+            PARTITION_COLUMN,
+            hours.values,
+            no_dictionary=no_dictionary,
+            folder_files=files,
+            clustered=clustered,
         )
 
     # ---- increments: rows appended to an hour by a continuous run, replaceable as a unit ----------
@@ -678,6 +686,7 @@ class LakeResource(ConfigurableResource):
         one_file: bool = False,
         outer: tuple[str, Mapping[str, Sequence[str]]] | None = None,
         sort_by: Sequence[str] = (),
+        clustered: bool = False,
     ) -> str:
         """Write ``df`` partitioned by ``column`` to a fresh staging folder; rows for values not in
         ``wanted`` are a bug in the caller and raise (the staging folder is removed).
@@ -688,6 +697,9 @@ class LakeResource(ConfigurableResource):
         value of it, the wanted values of ``column``): folders ``outer=o/column=v`` (see
         ``replace_in_subfolders``); ``wanted`` is then unused. ``sort_by``: each file's rows in the order
         of these columns (a reader filtering on them then skips the Parquet pages of other values).
+        ``clustered``: the caller's rows come from inputs that each hold one folder's rows (the landing
+        segments of one hour, the message store files of one hour), so each task writes one file into
+        one folder as it is: gathering each folder's rows in one task would shuffle every row.
 
         Callers finish the dataset's journals first (``recover``); then what killed writes of the
         dataset left in staging is removed (``sweep_staging``).
@@ -696,7 +708,7 @@ class LakeResource(ConfigurableResource):
         self._sweep(dataset)
         staging = f"{self.root_uri}/{STAGING}/{dataset}/{staging_name()}"
         folders = [outer[0]] if outer else []
-        if len(wanted) > 1 or one_file or outer:
+        if (len(wanted) > 1 and not clustered) or one_file or outer:
             # Each folder's rows in one task, so each folder gets one file rather than one per task: a
             # run touching 64 buckets from 4 tasks wrote 256 small files (2.1 s against 0.8 s), and
             # every later read opened them all.
@@ -851,19 +863,20 @@ class LakeResource(ConfigurableResource):
         no_dictionary: Sequence[str] = (),
         folder_files: Mapping[str, Mapping[str, str]] | None = None,
         sort_by: Sequence[str] = (),
+        clustered: bool = False,
     ) -> None:
         """Write ``df`` as exactly the ``column=value`` folders ``values`` (emptying those without rows).
 
         Staged, then swapped folder by folder (see ``replace_partitions``). Rows for other values raise.
         ``folder_files`` ({value: {name: text}}) are written into the staged folders before the swap;
-        ``sort_by``: each file's rows in the order of these columns.
+        ``sort_by``: each file's rows in the order of these columns; ``clustered``: see ``_stage``.
         """
         fs = self.files()
         wanted = sorted({str(v) for v in values})
         if not wanted:
             return
         self.recover(dataset)
-        staging = self._stage(df, dataset, column, wanted, no_dictionary, sort_by=sort_by)
+        staging = self._stage(df, dataset, column, wanted, no_dictionary, sort_by=sort_by, clustered=clustered)
         for value, named in (folder_files or {}).items():
             if str(value) not in wanted:
                 fs.delete(staging)
@@ -943,12 +956,21 @@ class LakeResource(ConfigurableResource):
                 continue
             stages += [
                 functools.partial(
-                    self._stage, df, w.dataset, w.column, wanted, no_dictionary, split, one_file, sort_by=w.sort_by
+                    self._stage,
+                    df,
+                    w.dataset,
+                    w.column,
+                    wanted,
+                    no_dictionary,
+                    split,
+                    one_file,
+                    sort_by=w.sort_by,
+                    clustered=clustered,
                 )
-                for df, no_dictionary, split, one_file in (
-                    [(w.df, w.no_dictionary, w.split, False)]
+                for df, no_dictionary, split, one_file, clustered in (
+                    [(w.df, w.no_dictionary, w.split, False, w.clustered)]
                     if isinstance(w, FolderWrite)
-                    else [(df, (), None, True) for df, _ in w.adds]
+                    else [(df, (), None, True, False) for df, _ in w.adds]
                 )
             ]
         futures = side_by_side(stages, name="lake-stage", workers=max(1, len(stages)))
@@ -1073,14 +1095,21 @@ class FolderWrite:
     no_dictionary: Sequence[str] = ()
     split: FileSplit | None = None
     sort_by: Sequence[str] = ()
+    # Each task's rows already fall in one folder (see ``LakeResource._stage``).
+    clustered: bool = False
 
     @staticmethod
     def hours(
-        df: DataFrame, dataset: str, partition_keys: Sequence[str], no_dictionary: Sequence[str] = ()
+        df: DataFrame,
+        dataset: str,
+        partition_keys: Sequence[str],
+        no_dictionary: Sequence[str] = (),
+        *,
+        clustered: bool = False,
     ) -> FolderWrite:
         """A ``replace_partitions`` of ``partition_keys`` (rows with a ``dt`` column)."""
         dts = sorted({key_to_dt(k) for k in partition_keys})
-        return FolderWrite(df, dataset, PARTITION_COLUMN, dts, no_dictionary=no_dictionary)
+        return FolderWrite(df, dataset, PARTITION_COLUMN, dts, no_dictionary=no_dictionary, clustered=clustered)
 
 
 @dataclass(frozen=True)

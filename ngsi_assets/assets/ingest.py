@@ -124,6 +124,8 @@ def _store_hours(
         keys,
         no_dictionary=["data"],
         hour_files={k: {POSITIONS_FILE: positions_text(p)} for k, p in positions.items()},
+        # Each landing piece a task reads is of one segment, hence one hour: no shuffle of the bodies.
+        clustered=True,
     )
     stored = lake.read(session, "message_store", MESSAGE_STORE, keys)
     return stored, line_count, landing.torn_tails(keys), has_guids
@@ -322,8 +324,10 @@ def ngsi_events(
         messages = lake.read(session, "message_store", MESSAGE_STORE, keys)
         lake.replace_together(
             [
-                FolderWrite.hours(to_ngsi_events(messages), "ngsi_events", keys),
-                FolderWrite.hours(ngsi_event_rejects(messages), "ngsi_event_rejects", keys),
+                # Read from the message store's hour files: a task's rows are of one hour (or of a few
+                # small files packed together), so they are not shuffled to gather each hour.
+                FolderWrite.hours(to_ngsi_events(messages), "ngsi_events", keys, clustered=True),
+                FolderWrite.hours(ngsi_event_rejects(messages), "ngsi_event_rejects", keys, clustered=True),
             ]
         )
         for k, ids in covered.items():

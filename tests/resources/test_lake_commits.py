@@ -22,6 +22,7 @@ import pyarrow.fs as pafs
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
 
 from resources.lake import (
     COMMITS,
@@ -752,3 +753,21 @@ def test_threads_writing_one_dataset_finish_a_dead_writers_leftovers_once(tmp_pa
     assert sum(s for _, s in done) == 1
     assert not staging.exists() and not journal.exists() and not new.exists()
     assert (final / "part-0.parquet").read_bytes() == b"new rows"
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("clustered", [False, True])
+def test_a_clustered_write_keeps_each_task_s_file(spark: SparkSession, tmp_path: Path, clustered: bool) -> None:
+    """Rows whose tasks each hold one hour are written as they are (a file per task), not gathered per
+    hour by a shuffle; the hours read back the same either way."""
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    keys = ["2026-01-05-10:00", "2026-01-05-11:00"]
+    # Four tasks, two per hour, each holding rows of one hour only (ids sort with their hour).
+    rows = [(f"m{i:02d}", "2026-01-05-10" if i < 40 else "2026-01-05-11") for i in range(80)]
+    df = spark.createDataFrame(rows, "id string, dt string").coalesce(1).repartitionByRange(4, "id")
+    lake.replace_partitions(df, "events", keys, clustered=clustered)
+    back = lake.read(spark, "events", StructType([StructField("id", StringType())]), keys)
+    assert sorted(tuple(r) for r in back.select("id", "dt").collect()) == sorted(rows)
+    files = {k: lake.whole_hour_files("events", k) for k in keys}
+    expected = 2 if clustered else 1
+    assert {k: len(v) for k, v in files.items()} == {k: expected for k in keys}, files
