@@ -169,12 +169,12 @@ def run(args: argparse.Namespace) -> int:
     # imported: the JIT of the run's driver follows the data (``bulk_jit``).
     landing = LandingZoneResource(root=settings.landing_root())
     hours = _selected_hours(landed_hours(landing), args)
-    if not hours:
-        print("nothing landed: no hours to materialize")
-        return 1
     bulk_jit(landing, hours)
     from ngsi_assets.definitions import defs
 
+    if not hours:
+        print("nothing landed: no hours to materialize")
+        return 1
     outcome = run_ingest(
         defs, hours[0], hours[-1], log_level=args.log_level, steps_side_by_side=args.steps_side_by_side
     )

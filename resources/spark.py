@@ -408,7 +408,8 @@ def tag_jobs_with_asset(session: Any) -> None:  # noqa: ANN401 (a classic or a S
 def _set_asset_tag(session: Any, tag: str) -> None:  # noqa: ANN401 (a classic or a Spark Connect session)
     """``tag`` as this thread's only asset tag (steps run one after another in one thread drop the
     previous step's)."""
-    tags = session.getTags()
+    # A copy: a Spark Connect client returns its live set of the thread's tags.
+    tags = set(session.getTags())
     if tag in tags and not any(t.startswith(ASSET_TAG_PREFIX) and t != tag for t in tags):
         return
     for old in tags:

@@ -46,3 +46,27 @@ def test_no_tag_outside_a_step(spark: SparkSession) -> None:
 
     tag_jobs_with_asset(spark)
     assert _asset_tags(spark) == set()
+
+
+class _LiveTagsSession:
+    """The tag calls of a Spark Connect session: ``getTags`` returns the client's live set."""
+
+    def __init__(self, tags: set[str]) -> None:
+        self.tags = tags
+
+    def getTags(self) -> set[str]:  # noqa: N802 (Spark's name)
+        return self.tags
+
+    def addTag(self, tag: str) -> None:  # noqa: N802
+        self.tags.add(tag)
+
+    def removeTag(self, tag: str) -> None:  # noqa: N802
+        self.tags.discard(tag)
+
+
+def test_a_live_tag_set_is_replaced_without_iterating_it_while_it_changes() -> None:
+    from resources.spark import _set_asset_tag
+
+    session = _LiveTagsSession({"run-tag", asset_job_tag("a"), asset_job_tag("b")})
+    _set_asset_tag(session, asset_job_tag("c"))
+    assert session.tags == {"run-tag", asset_job_tag("c")}
