@@ -404,7 +404,8 @@ def render(args: argparse.Namespace, inputs: dict[int, dict], results: dict, bas
         f"Machine: {machine}. Commit {commit.strip() or 'unknown'}.",
         "",
         f"`benchmarks/bench_rebuild.py --notifications {' '.join(map(str, args.notifications))} --modes "
-        f"{' '.join(args.modes)} --spark {args.spark}{' --baseline' if args.baseline else ''}`: `ngsi_ingest_job` "
+        f"{' '.join(args.modes)}{f' --sinks-up-to {args.sinks_up_to}' if args.sinks_up_to else ''} "
+        f"--spark {args.spark}{' --baseline' if args.baseline else ''}`: `ngsi_ingest_job` "
         "over every landed hour, one run in a new process (`ngsi-assets materialize`"
         + (", through a warm Spark Connect server" if args.spark == "connect" else ", its own `local[*]` driver")
         + "), fresh lake and Dagster instance. Run: the Dagster run's seconds; notifications/s: acknowledged "
@@ -479,6 +480,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--notifications", type=int, nargs="+", default=[1_000_000])
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument(
+        "--sinks-up-to",
+        type=int,
+        default=None,
+        help="run the sql and mongo modes only for sizes up to this many notifications (larger: lake only)",
+    )
     parser.add_argument("--spark", choices=("local", "connect"), default="local")
     parser.add_argument("--baseline", action="store_true", help="also time the single-process Python baseline")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "ngsi-bench-rebuild")
@@ -495,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
             baseline[n] = python_baseline(landing)
             print(f"  python baseline: {json.dumps(baseline[n])}", flush=True)
         for mode in args.modes:
+            if mode != "lake" and args.sinks_up_to is not None and n > args.sinks_up_to:
+                continue
             results[(n, mode)] = measure(args.workdir, landing, mode, n, args.spark)
     block = render(args, inputs, results, baseline, describe_machine())
     print(block)
