@@ -123,7 +123,7 @@ def child(job: str, first: str, last: str, increment: Any, derived: bool) -> int
 
     The modules the daemon's run processes start with (``WarmRunLauncher``'s preload) are imported
     before the run, as they are there: a run's time leaves out process start, and importing Dagster's
-    storage cost the run itself about 0.5 s otherwise (py-spy, BENCHMARKS.md, "Growth", session 56)."""
+    storage cost the run itself about 0.5 s otherwise (py-spy, BENCHMARKS.md, "Growth")."""
     import importlib
 
     from ngsi_assets.run_launcher import DEFAULT_PRELOAD
@@ -227,7 +227,7 @@ def history_age(
     backfill["wall"] = time.monotonic() - started
     # The next ``repeat`` hours, each run whole as an hourly run is, and reported as the median: one
     # run alone once came out at 1.8x its 1-day counterpart, where repeated hours gave 1.04-1.15x
-    # (BENCHMARKS.md, "Growth", session 52).
+    # (BENCHMARKS.md, "Growth").
     wholes = []
     for i in range(repeat):
         last = measured + i * HOUR_MS

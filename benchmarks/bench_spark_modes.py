@@ -15,7 +15,7 @@ Reported per run: the process's wall time (Python and Dagster start included), t
 asset step's time read back from the Dagster event log, and the CPU seconds the run cost: the
 Python process's own (in (a) without its JVM, which it does not wait for), and in (b) the server's
 JVM, with what of it went to HotSpot's JIT compilers and to its collector (a young server's
-compilers are a large part of a run: see BENCHMARKS.md, "The main job", session 54).
+compilers are a large part of a run: see BENCHMARKS.md, "The main job").
 """
 
 from __future__ import annotations

@@ -136,7 +136,7 @@ def _mode_options(variable: str, modes: Mapping[str, tuple[str, ...]], default: 
 # cores is throughput-bound (the runs keep both cores busy): with "parallel" its JVM used 19.5 s of
 # CPU for the main job over 1,000 notifications against 24.5 s with G1, and the run took 16.9 s
 # against 19.3 s (medians of six alternated pairs on two warm servers; BENCHMARKS.md, "The main
-# job", session 54). A run's own driver keeps the JVM's default: not measured there.
+# job"). A run's own driver keeps the JVM's default: not measured there.
 GC_OPTIONS: dict[str, tuple[str, ...]] = {
     "parallel": ("-XX:+UseParallelGC",),
     "g1": (),
@@ -166,7 +166,7 @@ LOCAL_FILES = {
 # for error messages: a walk of the stack and, with no IPython installed, a failed ``import IPython``
 # that searches every folder of sys.path again, each call. A run builds thousands of columns: 0.2-0.4
 # s of its driver's time (py-spy, an increment of 100 notifications through a Connect server; BENCHMARKS.md,
-# "Growth", session 56). A static setting, read by the clients of a Connect server from it.
+# "Growth"). A static setting, read by the clients of a Connect server from it.
 # ``NGSI_SPARK_DATAFRAME_DEBUGGING=1`` turns it back on, for errors that name the transform's line.
 DATAFRAME_DEBUGGING = "spark.python.sql.dataFrameDebugging.enabled"
 
