@@ -34,6 +34,7 @@ from ngsi_assets.increments import (
 )
 from ngsi_assets.ngsi.constants import MessageStatus
 from ngsi_assets.partitions import hourly_partitions
+from ngsi_assets.transforms.instants import time_instant_fallback
 from ngsi_assets.transforms.message_store import build_message_store, find_duplicates, parse_landing_lines
 from ngsi_assets.transforms.ngsi_events import ngsi_event_rejects, ngsi_messages, to_ngsi_events
 from ngsi_assets.transforms.plans import first_rows
@@ -355,14 +356,15 @@ def ngsi_events(
     # Metadata and checks in one Spark job: each collect of its own costs a round trip and a planning.
     summary = collect_small(
         counts=events.withColumn("_null_keys", null_key.cast("int"))
-        .groupBy("timeIndexSource", "fiwareService", "_null_keys")
+        .withColumn("_md_fallback", time_instant_fallback().cast("int"))
+        .groupBy("timeIndexSource", "fiwareService", "_null_keys", "_md_fallback")
         .count(),
         rejects=row_count(rejects),
         unaccounted=row_count(unaccounted),
         examples=first_rows(unaccounted, 5, "messageId"),
         preview=_preview_rows(events, preview_columns),
     )
-    counts = _breakdown(summary["counts"], "timeIndexSource", "fiwareService", "_null_keys")
+    counts = _breakdown(summary["counts"], "timeIndexSource", "fiwareService", "_null_keys", "_md_fallback")
     rows = sum(counts["timeIndexSource"].values())
     null_keys = counts["_null_keys"].get("1", 0)
     reject_rows = summary["rejects"][0]["n"]
@@ -373,6 +375,8 @@ def ngsi_events(
             "rejects": reject_rows,
             "by_time_index_source": MetadataValue.json(counts["timeIndexSource"]),
             "by_service": MetadataValue.json(counts["fiwareService"]),
+            # Events whose TimeInstant metadata is not an instant: kept as given, timed by receive time.
+            "time_instant_fallbacks": counts["_md_fallback"].get("1", 0),
             "preview": _preview(summary["preview"], preview_columns),
         },
         check_results=[

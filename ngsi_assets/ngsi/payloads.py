@@ -249,18 +249,13 @@ class V2Metadata(TypedDict):
 
 
 @with_config(_STRICT)
-class V2TimeInstantMetadata(TypedDict):
-    """The TimeInstant metadata: its value is an ISO 8601 date-time."""
-
-    type: NotRequired[str]
-    value: Iso8601
-
-
-@with_config(_STRICT)
 class V2MetadataItems(TypedDict, extra_items=V2Metadata):  # type: ignore[call-arg]
-    """Metadata of a normalized attribute: name -> {type, value}."""
+    """Metadata of a normalized attribute: name -> {type, value}.
 
-    TimeInstant: NotRequired[V2TimeInstantMetadata]
+    A ``TimeInstant`` metadata value is not checked here: one the platform cannot read as an instant
+    (ISO 8601 or epoch number) is kept as given and the sample falls back to its receive time, so no
+    notification is refused for a metadata value (Orion does not retry a 400).
+    """
 
 
 V2MetadataMap = Annotated[V2MetadataItems, NamedKeys()]

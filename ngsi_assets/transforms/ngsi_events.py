@@ -22,6 +22,7 @@ from ngsi_assets.ngsi.constants import (
     MessageStatus,
 )
 from ngsi_assets.ngsi.timeindex import PREFERENCE
+from ngsi_assets.transforms.instants import metadata_instant
 from ngsi_assets.transforms.schemas import ENTITY_LIST, NGSI_EVENT_REJECTS, NGSI_EVENTS, V2_ATTRIBUTE
 
 # Entity keys that are not attributes.
@@ -155,7 +156,7 @@ def to_ngsi_events(message_store: DataFrame) -> DataFrame:
     recv_ts = F.col("message_timestamp")
     candidates = [
         F.col("_entityTimeInstant").try_cast("timestamp"),
-        F.col("_n.metadata")[MD_TIME_INSTANT]["value"].try_cast("timestamp"),
+        metadata_instant(F.col("_n.metadata")[MD_TIME_INSTANT]["value"]),
         F.col("_m")[LD_OBSERVED_AT].try_cast("timestamp"),
         F.col("_dateModified").try_cast("timestamp"),
         recv_ts,

@@ -28,9 +28,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ngsi_assets.ngsi.constants import MD_TIME_INSTANT
 from ngsi_assets.ngsi.sth_config import DataModel, Resolution, STHConfig
 from ngsi_assets.ngsi.sth_naming import OCCUR_ESCAPES, RANGES, SLOTS, STHNameError, sth_names
+from ngsi_assets.transforms.instants import metadata_instant_ms, time_instant_metadata
 
 # A JSON number as text (what Orion sends for a number, or a sensor for a number in a string):
 # optional '-', digits, optional fraction, optional exponent. It must also be finite as a double.
@@ -55,11 +55,6 @@ ACTION_UPSERT = "upsert"
 ACTION_DELETE = "delete"
 ACTION_REJECT = "reject"
 
-_MD_ARRAY = ArrayType(
-    StructType(
-        [StructField("name", StringType()), StructField("type", StringType()), StructField("value", StringType())]
-    )
-)
 _NAMES = StructType(
     [StructField("database", StringType()), StructField("collection", StringType()), StructField("error", StringType())]
 )
@@ -167,14 +162,10 @@ STH_DOCUMENTS = StructType(
 def time_instant_ms() -> Column:
     """Epoch ms of the attribute's own TimeInstant metadata, or null if absent or not a time.
 
-    The value may be an ISO 8601 time (a zone-less one is UTC) or epoch milliseconds (digits), as
-    Cygnus accepts.
+    The value may be ISO 8601 in any common form (a zone-less one is UTC) or an epoch number in
+    milliseconds or seconds, as Cygnus accepts (``ngsi_assets.transforms.instants``).
     """
-    md = F.from_json(F.col("attrMd"), _MD_ARRAY)
-    value = F.get(F.filter(md, lambda m: m["name"] == MD_TIME_INSTANT), 0)["value"]
-    return F.when(value.rlike(r"^-?[0-9]{1,15}$"), value.try_cast("long")).otherwise(
-        F.unix_millis(value.try_cast("timestamp"))
-    )
+    return metadata_instant_ms(time_instant_metadata())
 
 
 def names_udf(config: STHConfig, *, aggregated: bool = True):  # noqa: ANN201 (a pyspark UDF)
