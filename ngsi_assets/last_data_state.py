@@ -52,7 +52,8 @@ _DELTA_SCHEMA = StructType([*LAST_DATA_STATE.fields, StructField(DELTA_COLUMN, S
 def state_folder(cfg: SqlSinkConfig) -> str:
     """The ``last_data_state`` subfolder of a sink: its dialect and a fingerprint of what shapes the state.
 
-    A change of naming, unique key or timestamp key starts a new state (the old one stays, unused).
+    A change of naming, unique key, timestamp key or its format starts a new state (the old one stays,
+    unused).
     """
     shape = {
         "version": 1,
@@ -63,6 +64,8 @@ def state_folder(cfg: SqlSinkConfig) -> str:
         "timestamp_key": cfg.last_data_timestamp_key,
         "timestamp_format": cfg.timestamp_format,
     }
+    if cfg.orders_by_instant:
+        shape["timestamp_format"] = "iso8601 (ns)"  # its orders are nanoseconds, not a format's ms
     digest = hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:12]
     return f"{cfg.dialect.value}-{digest}"
 

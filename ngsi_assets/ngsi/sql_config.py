@@ -32,6 +32,8 @@ from ngsi_assets.ngsi.sql_timestamp import TimestampFormatError, spark_pattern
 CONFIG_ENV = "NGSI_SQL_SINKS_CONFIG"
 URL_ENV = {Dialect.POSTGRESQL: "NGSI_POSTGRES_URL", Dialect.MYSQL: "NGSI_MYSQL_URL"}
 RECV_TIME = "recvTime"
+# last_data_sql_timestamp_format that orders by the ISO 8601 instant, whatever form each value has.
+ISO8601 = "iso8601"
 DEFAULT_TIMESTAMP_FORMAT = {Dialect.POSTGRESQL: "YYYY-MM-DD HH24:MI:SS.MS", Dialect.MYSQL: "%Y-%m-%d %H:%i:%s.%f"}
 
 
@@ -139,6 +141,8 @@ class SqlSinkConfig(BaseModel):
     def _timestamp_format(cls, value: str | None, info: ValidationInfo) -> str | None:
         # Declared after dialect and last_data_timestamp_key, so both are in info.data when valid.
         dialect, key = info.data.get("dialect"), info.data.get("last_data_timestamp_key")
+        if value is not None and value.strip().lower() == ISO8601:
+            return ISO8601
         if value is not None and dialect is not None and key not in (None, RECV_TIME):
             try:
                 spark_pattern(value, dialect)
@@ -154,6 +158,20 @@ class SqlSinkConfig(BaseModel):
     @property
     def timestamp_is_recv_time(self) -> bool:
         return self.last_data_timestamp_key == RECV_TIME
+
+    @property
+    def orders_by_instant(self) -> bool:
+        """Whether last data orders by the ISO 8601 instant of an attribute (``iso8601``, or no format set).
+
+        The attribute's values are read as ISO 8601 in any form (offsets, with or without fraction,
+        milliseconds to nanoseconds, a space for the ``T``): ``ngsi_assets.transforms.instants``. The
+        instant, in epoch nanoseconds, is stored beside the row in ``INSTANT_COLUMN``, which the
+        servers' upsert guard compares; the attribute keeps the text the device sent. A format set to
+        anything else is Cygnus's rule: the server parses the column with that format.
+        """
+        if self.timestamp_is_recv_time:
+            return False
+        return self.last_data_sql_timestamp_format in (None, ISO8601)
 
     @property
     def timestamp_column(self) -> str:

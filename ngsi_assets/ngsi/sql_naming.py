@@ -82,6 +82,10 @@ OLD_CONCATENATOR = "_"
 DEFAULT_SERVICE = "default"
 DEFAULT_SERVICE_PATH = "/"
 MD_SUFFIX = "_md"
+# The last-data column of a row's ordering instant (epoch nanoseconds) when the sink orders by an
+# attribute's ISO 8601 instant (``SqlSinkConfig.orders_by_instant``). Attribute columns are made of
+# A-Za-z0-9_ only (anything else is x-encoded), so the ``$`` keeps this name clear of every one.
+INSTANT_COLUMN = "ngsi$instant"
 
 _HEX4 = re.compile(r"[0-9a-fA-F]{4}")
 _OLD_INVALID = re.compile(r"[^A-Za-z0-9_]")

@@ -23,7 +23,9 @@ whole tables: the caller repartitions by (db, table) and sorts by table then key
      DO UPDATE ... WHERE NOT stored > incoming``; MySQL ordered multi-row ``INSERT ... ON DUPLICATE KEY
      UPDATE col = IF(NOT stored > incoming, ...)``, timestamp column last), then the entityDelete rows,
      each guarded the same way. Times are the timestamp key's column read with
-     ``last_data_sql_timestamp_format``.
+     ``last_data_sql_timestamp_format``, or, for a sink that orders by an ISO 8601 instant, the
+     ``INSTANT_COLUMN`` (epoch nanoseconds, a BIGINT) the rows carry: the server compares numbers
+     and never parses the device's text.
      Every writer takes row locks in key order, so two writers on one table cannot deadlock.
 
 An attribute a record lacks arrives with a NULL metadata column (present attributes always carry at
@@ -47,7 +49,15 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ngsi_assets.ngsi.sql_config import AttrPersistence, SqlSinkConfig
-from ngsi_assets.ngsi.sql_naming import COLUMN_FIXED, MD_SUFFIX, ROW_COLUMNS, Dialect, fixed_column, quote_ident
+from ngsi_assets.ngsi.sql_naming import (
+    COLUMN_FIXED,
+    INSTANT_COLUMN,
+    MD_SUFFIX,
+    ROW_COLUMNS,
+    Dialect,
+    fixed_column,
+    quote_ident,
+)
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +100,11 @@ class WriteJob:
     @property
     def column_mode(self) -> bool:
         return self.sink == LAST_DATA or self.config.attr_persistence is AttrPersistence.COLUMN
+
+    @property
+    def by_instant(self) -> bool:
+        """Last data whose guard compares ``INSTANT_COLUMN`` (the rows carry ``instant``)."""
+        return self.sink == LAST_DATA and self.config.orders_by_instant
 
 
 @dataclass
@@ -137,9 +152,10 @@ def _spool_tables(rows: Iterable[Any], job: WriteJob) -> Iterator[TableBatch]:
                         *(_get(r, c) for c in COLUMN_FIXED),
                         {k: (v[0], v[1]) for k, v in attrs.items()},
                         _get(r, "op") if job.sink == LAST_DATA else OP_UPSERT,
+                        _get(r, "instant") if job.by_instant else None,
                     )
                     batch.attr_columns.update(attrs)
-                    if job.sink == LAST_DATA and not job.config.timestamp_is_recv_time:
+                    if job.sink == LAST_DATA and not job.config.timestamp_is_recv_time and not job.by_instant:
                         # The guard compares this column: it must exist even if no row carries it.
                         batch.attr_columns.add(job.config.timestamp_column)
                 else:
@@ -223,7 +239,8 @@ class _Writer:
         if not self.job.column_mode:
             return [self.fixed(c) for c in ROW_COLUMNS]
         attrs = sorted(batch.attr_columns)
-        return [self.fixed(c) for c in COLUMN_FIXED] + [c for a in attrs for c in (a, a + MD_SUFFIX)]
+        instant = [INSTANT_COLUMN] if self.job.by_instant else []
+        return [self.fixed(c) for c in COLUMN_FIXED] + [c for a in attrs for c in (a, a + MD_SUFFIX)] + instant
 
     def values(self, batch: TableBatch) -> Iterator[tuple[Any, ...]]:
         """Rows as tuples matching ``columns`` (column mode: absent attributes are NULL, op last)."""
@@ -239,6 +256,8 @@ class _Writer:
                 value, md = present.get(a, (None, None))
                 out.append(value)
                 out.append(md)
+            if self.job.by_instant:
+                out.append(item[nfix + 2])
             out.append(item[nfix + 1])
             yield tuple(out)
 
@@ -292,7 +311,7 @@ class _Writer:
         keys = set(self.key_columns()) if self.job.sink == LAST_DATA else set()
         out: list[tuple[str, str]] = []
         for c in self.columns(batch):
-            if c == self.fixed("recvTimeTs"):
+            if c in (self.fixed("recvTimeTs"), INSTANT_COLUMN):
                 out.append((c, "BIGINT"))
             elif c in keys and self.dialect is Dialect.MYSQL:
                 out.append((c, f"VARCHAR({MYSQL_KEY_CHARS}) NOT NULL"))
@@ -301,6 +320,11 @@ class _Writer:
             else:
                 out.append((c, text))
         return out
+
+    @staticmethod
+    def added_type(column: str) -> str:
+        """The type of a column added to an existing table: text, or the instant's BIGINT."""
+        return "BIGINT" if column == INSTANT_COLUMN else "TEXT"
 
     def increments_table(self) -> str:
         return f"{self.q(BOOKKEEPING)}.{self.q(INCREMENTS_TABLE)}"
@@ -447,7 +471,7 @@ class _PostgresWriter(_Writer):
                 have = set(self.existing_columns(cur, batch))
                 missing = [c for c in self.columns(batch) if c not in have]
                 if missing:
-                    adds = ", ".join(f"ADD COLUMN IF NOT EXISTS {self.q(c)} TEXT" for c in missing)
+                    adds = ", ".join(f"ADD COLUMN IF NOT EXISTS {self.q(c)} {self.added_type(c)}" for c in missing)
                     cur.execute(f"ALTER TABLE {self.qt(batch)} {adds}")
         self.conn.commit()
         if bookkeeping:
@@ -472,7 +496,7 @@ class _PostgresWriter(_Writer):
 
     def _upsert(self, cur: Any, batch: TableBatch, cols: list[str]) -> int:
         stage = self.q("ngsi_last_data_stage")
-        coldefs = ", ".join(f"{self.q(c)} TEXT" for c in cols)
+        coldefs = ", ".join(f"{self.q(c)} {self.added_type(c)}" for c in cols)
         cur.execute(f"CREATE TEMP TABLE {stage} ({coldefs}, op TEXT) ON COMMIT DROP")
         self._copy(cur, stage, [*cols, "op"], self.values(batch))
         keys = self.key_columns()
@@ -486,12 +510,20 @@ class _PostgresWriter(_Writer):
         fmt = self.cfg.timestamp_format
         # Cygnus's guard (stored older than incoming), except that an equal time also updates: the
         # incoming row is the key's merged state, which may add columns at the same time.
-        newer = f"NOT COALESCE(to_timestamp(t.{ts}::text, %s) > to_timestamp(EXCLUDED.{ts}::text, %s), FALSE)"
+        if self.job.by_instant:
+            inst = self.q(INSTANT_COLUMN)
+            newer = f"NOT COALESCE(t.{inst} > EXCLUDED.{inst}, FALSE)"
+            stored_newer = f"t.{inst} > s.{inst}"
+            params: tuple[Any, ...] = ()
+        else:
+            newer = f"NOT COALESCE(to_timestamp(t.{ts}::text, %s) > to_timestamp(EXCLUDED.{ts}::text, %s), FALSE)"
+            stored_newer = f"to_timestamp(t.{ts}::text, %s) > to_timestamp(s.{ts}::text, %s)"
+            params = (fmt, fmt)
         sets = []
         for c in cols:
             if c in keys:
                 continue
-            if c in {self.fixed(f) for f in COLUMN_FIXED}:
+            if c in {self.fixed(f) for f in COLUMN_FIXED} or c == INSTANT_COLUMN:
                 sets.append(f"{self.q(c)} = EXCLUDED.{self.q(c)}")
             elif c.endswith(MD_SUFFIX) and c[: -len(MD_SUFFIX)] in batch.attr_columns:
                 sets.append(f"{self.q(c)} = COALESCE(EXCLUDED.{self.q(c)}, t.{self.q(c)})")
@@ -505,14 +537,13 @@ class _PostgresWriter(_Writer):
         cur.execute(
             f"INSERT INTO {self.qt(batch)} AS t ({collist}) SELECT {collist} FROM {stage} WHERE op = %s "
             f"ORDER BY {s_order} ON CONFLICT ({s_order}) DO UPDATE SET {', '.join(sets)} WHERE {newer}",
-            (OP_UPSERT, fmt, fmt),
+            (OP_UPSERT, *params),
         )
         written = cur.rowcount
-        s_ts = f"to_timestamp(s.{ts}::text, %s)"
         cur.execute(
             f"DELETE FROM {self.qt(batch)} t USING {stage} s WHERE s.op = %s AND {on_keys} "
-            f"AND NOT COALESCE(to_timestamp(t.{ts}::text, %s) > {s_ts}, FALSE)",
-            (OP_DELETE, fmt, fmt),
+            f"AND NOT COALESCE({stored_newer}, FALSE)",
+            (OP_DELETE, *params),
         )
         return written + cur.rowcount
 
@@ -565,7 +596,7 @@ class _MySQLWriter(_Writer):
                     if c.lower() in have:
                         continue
                     try:
-                        cur.execute(f"ALTER TABLE {self.qt(batch)} ADD COLUMN {self.q(c)} TEXT")
+                        cur.execute(f"ALTER TABLE {self.qt(batch)} ADD COLUMN {self.q(c)} {self.added_type(c)}")
                     except pymysql.err.OperationalError as exc:
                         if exc.args[0] != 1060:  # duplicate column: another writer added it first
                             raise
@@ -611,12 +642,19 @@ class _MySQLWriter(_Writer):
                 f"ORDER BY {key_order} FOR UPDATE",
                 [r[i] for r in chunk for i in key_idx],
             )
-        ts_name = self.cfg.timestamp_column
+        # The column the guard compares: the instant's, or the timestamp key's read with the format.
+        ts_name = INSTANT_COLUMN if self.job.by_instant else self.cfg.timestamp_column
         ts = self.q(ts_name)
         # See the PostgreSQL writer: stored newer than incoming leaves the row untouched.
-        newer = f"(NOT COALESCE(STR_TO_DATE({ts}, %s) > STR_TO_DATE(VALUES({ts}), %s), FALSE))"
-        fmt = self.cfg.timestamp_format
-        fixed = {self.fixed(f) for f in COLUMN_FIXED}
+        if self.job.by_instant:
+            newer = f"(NOT COALESCE({ts} > VALUES({ts}), FALSE))"
+            stored_newer = f"{ts} > %s"
+            fmts: list[Any] = []
+        else:
+            newer = f"(NOT COALESCE(STR_TO_DATE({ts}, %s) > STR_TO_DATE(VALUES({ts}), %s), FALSE))"
+            stored_newer = f"STR_TO_DATE({ts}, %s) > STR_TO_DATE(%s, %s)"
+            fmts = [self.cfg.timestamp_format] * 2
+        fixed = {self.fixed(f) for f in COLUMN_FIXED} | {INSTANT_COLUMN}
         sets: list[str] = []
         params: list[Any] = []
         for c in cols:
@@ -631,7 +669,7 @@ class _MySQLWriter(_Writer):
                 )
                 md = self.q(attr + MD_SUFFIX)
                 sets.append(f"{qc} = IF({newer} AND VALUES({md}) IS NOT NULL, VALUES({qc}), {qc})")
-            params += [fmt, fmt]
+            params += fmts
         # The timestamp column last: MySQL applies assignments left to right, and every condition
         # above compares against the stored timestamp.
         if ts_name not in keys:
@@ -640,7 +678,7 @@ class _MySQLWriter(_Writer):
             else:
                 md = self.q(ts_name + MD_SUFFIX)
                 sets.append(f"{ts} = IF({newer} AND VALUES({md}) IS NOT NULL, VALUES({ts}), {ts})")
-            params += [fmt, fmt]
+            params += fmts
         written = 0
         upserts = (v[:-1] for v in self.values(batch) if v[-1] == OP_UPSERT)
         for chunk in self._chunks(upserts):
@@ -649,11 +687,14 @@ class _MySQLWriter(_Writer):
             written += len(chunk)
         ts_idx = cols.index(ts_name)
         key_match = " AND ".join(f"{self.q(k)} = %s" for k in keys)
-        deletes = [(*[v[i] for i in key_idx], fmt, v[ts_idx], fmt) for v in self.values(batch) if v[-1] == OP_DELETE]
+        deletes = [
+            (*[v[i] for i in key_idx], *([v[ts_idx]] if self.job.by_instant else [fmts[0], v[ts_idx], fmts[0]]))
+            for v in self.values(batch)
+            if v[-1] == OP_DELETE
+        ]
         if deletes:
             cur.executemany(
-                f"DELETE FROM {table} WHERE {key_match} "
-                f"AND NOT COALESCE(STR_TO_DATE({ts}, %s) > STR_TO_DATE(%s, %s), FALSE)",
+                f"DELETE FROM {table} WHERE {key_match} AND NOT COALESCE({stored_newer}, FALSE)",
                 deletes,
             )
             written += len(deletes)

@@ -32,6 +32,7 @@ from ngsi_assets.ngsi.sql_naming import (
     table_name,
 )
 from ngsi_assets.sinks.sql_writer import HISTORIC, LAST_DATA, MYSQL_KEY_CHARS, OP_DELETE, OP_UPSERT
+from ngsi_assets.transforms.instants import iso8601_ns
 
 ENTITY_DELETE = "entityDelete"
 
@@ -221,8 +222,8 @@ def historic_column_mode(events: DataFrame, cfg: SqlSinkConfig) -> tuple[DataFra
 #
 # A key's last-data row is a function of the *set* of its records, each ordered by (ts, messageId,
 # entityIndex), where ts is the record's timestamp key (its receive time, or an attribute such as
-# TimeInstant parsed with last_data_sql_timestamp_format; a record whose attribute is missing or does
-# not parse falls back to its receive time):
+# TimeInstant read as an ISO 8601 instant in nanoseconds, or parsed with last_data_sql_timestamp_format;
+# a record whose attribute is missing or does not read falls back to its receive time):
 # - each attribute column holds the value of the newest record that carried it;
 # - the fixed columns come from the newest update record;
 # - the newest entityDelete is the key's tombstone: attributes no newer than it are dropped, and the
@@ -260,6 +261,8 @@ LAST_DATA_STATE = StructType(
 )
 LAST_DATA_STATE_BUCKETS = 64
 TS_FALLBACK = "tsFallback"
+# The writer row's ordering instant (epoch ns) of an instant-ordered sink: see last_data_output.
+INSTANT = "instant"
 
 
 def _order(ts: Column, msg: Column, idx: Column) -> Column:
@@ -273,30 +276,41 @@ def state_bucket(cfg: SqlSinkConfig, buckets: int = LAST_DATA_STATE_BUCKETS) -> 
 
 
 def record_timestamp(records: DataFrame, events: DataFrame, cfg: SqlSinkConfig) -> DataFrame:
-    """Add ``ts`` (ms) and ``tsFallback`` to per-entity records: the timestamp key, else the receive time.
+    """Add ``ts`` and ``tsFallback`` to per-entity records: the timestamp key, else the receive time.
 
-    With an attribute as the key (matched case-insensitively, as Cygnus does), its value is parsed with
-    the Spark pattern of ``last_data_sql_timestamp_format``; a value that does not parse is removed from
-    the record's columns (the server could not compare it either) and the record uses its receive time.
+    ``ts`` is in milliseconds, or in nanoseconds when the sink orders by an ISO 8601 instant
+    (``cfg.orders_by_instant``; the receive time is then scaled to nanoseconds). With an attribute as
+    the key (matched case-insensitively, as Cygnus does), its value is read as ISO 8601 in any form, or
+    with the Spark pattern of ``last_data_sql_timestamp_format``. A value that does not read falls back
+    to the receive time; under a format, it is also removed from the record's columns (the server's
+    guard parses that column and could not compare it), while an instant-ordered sink keeps the text as
+    the device sent it (its guard compares the instant column).
     """
     if cfg.timestamp_is_recv_time:
         return records.withColumn("ts", F.col("recvTimeTs")).withColumn(TS_FALLBACK, F.lit(False))
     key = cfg.last_data_timestamp_key.lower()
-    parsed = F.try_to_timestamp(F.col("attrValue"), F.lit(cfg.timestamp_pattern))
+    if cfg.orders_by_instant:
+        instant = iso8601_ns(F.col("attrValue"))
+        recv_ts = F.col("recvTimeTs") * F.lit(1_000_000)
+    else:
+        instant = (F.unix_micros(F.try_to_timestamp(F.col("attrValue"), F.lit(cfg.timestamp_pattern))) / 1000).cast(
+            "long"
+        )
+        recv_ts = F.col("recvTimeTs")
     found = (
         events.where(F.lower(F.col("attrName")) == key)
         .groupBy("messageId", "entityIndex")
         .agg(
             # Several instances (NGSI-LD datasetIds): the default one, then the smallest name.
             F.min_by(
-                F.struct(parsed.alias("at"), F.col("attrName").alias("name")),
+                F.struct(instant.alias("at"), F.col("attrName").alias("name")),
                 F.struct(F.col("datasetId").isNotNull(), F.col("datasetId"), F.col("attrName")),
             ).alias("_t")
         )
         .select(
             F.col("messageId").alias("_tm"),
             F.col("entityIndex").alias("_ti"),
-            (F.unix_micros(F.col("_t.at")) / 1000).cast("long").alias("_ts"),
+            F.col("_t.at").alias("_ts"),
             F.col("_t.name").alias("_tname"),
         )
     )
@@ -304,12 +318,15 @@ def record_timestamp(records: DataFrame, events: DataFrame, cfg: SqlSinkConfig) 
         found, (records["messageId"] == found["_tm"]) & (records["entityIndex"] == found["_ti"]), "left"
     )
     ts_col = cfg.timestamp_column
+    attrs = F.col("attrs")
+    if not cfg.orders_by_instant:
+        attrs = F.when(
+            F.col("_ts").isNull(), F.map_filter(attrs, lambda k, _v: F.lower(k) != F.lit(ts_col.lower()))
+        ).otherwise(attrs)
     return joined.select(
         *[c for c in records.columns if c != "attrs"],
-        F.when(F.col("_ts").isNull(), F.map_filter(F.col("attrs"), lambda k, _v: F.lower(k) != F.lit(ts_col.lower())))
-        .otherwise(F.col("attrs"))
-        .alias("attrs"),
-        F.coalesce(F.col("_ts"), F.col("recvTimeTs")).alias("ts"),
+        attrs.alias("attrs"),
+        F.coalesce(F.col("_ts"), recv_ts).alias("ts"),
         F.col("_ts").isNull().alias(TS_FALLBACK),
     )
 
@@ -412,16 +429,23 @@ def last_data_output(state: DataFrame, cfg: SqlSinkConfig) -> DataFrame:
     """Writer rows of merged state: ``op`` ``u`` with the live attributes, or ``d`` for a tombstoned key.
 
     A delete row carries the tombstone's time in the timestamp key's column, for the server's guard
-    (stored newer than the delete: untouched).
+    (stored newer than the delete: untouched). An instant-ordered sink's rows carry ``instant`` (epoch
+    ns) instead: the newest update's, or the tombstone's.
     """
     alive = F.col("upd").isNotNull() & (F.col("del").isNull() | (F.col("upd") > F.col("del")))
-    del_time = F.timestamp_millis(F.col("del.ts"))
     attrs = F.transform_values(F.col("attrs"), lambda _k, v: F.struct(v["value"].alias("value"), v["md"].alias("md")))
+    extra: list[Column] = []
     if cfg.timestamp_is_recv_time:
         recv_time = F.when(alive, F.col("recvTime")).otherwise(column_recv_time(F.col("del.ts")))
         dead_attrs = F.create_map()
+    elif cfg.orders_by_instant:
+        # The guard compares the row's instant: the newest update's, or for a delete the tombstone's.
+        recv_time = F.col("recvTime")
+        dead_attrs = F.create_map()
+        extra.append(F.when(alive, F.col("upd.ts")).otherwise(F.col("del.ts")).alias(INSTANT))
     else:
         recv_time = F.col("recvTime")
+        del_time = F.timestamp_millis(F.col("del.ts"))
         dead_attrs = F.create_map(
             F.lit(cfg.timestamp_column),
             F.struct(F.date_format(del_time, cfg.timestamp_pattern).alias("value"), F.lit(None).alias("md")),
@@ -434,6 +458,7 @@ def last_data_output(state: DataFrame, cfg: SqlSinkConfig) -> DataFrame:
         *COLUMN_FIXED[1:],
         F.when(alive, attrs).otherwise(dead_attrs).cast(ATTRS_TYPE).alias("attrs"),
         F.when(alive, F.lit(OP_UPSERT)).otherwise(F.lit(OP_DELETE)).alias("op"),
+        *extra,
     )
 
 

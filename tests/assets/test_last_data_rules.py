@@ -49,12 +49,13 @@ class Hours:
         df = self.spark.createDataFrame([_at(hour, r) for r in rows], NGSI_EVENTS)
         self.lake.replace_partitions(df, "ngsi_events", [_key(hour)])
 
-    def run(self, *hours: int) -> list[dict]:
+    def run(self, *hours: int, tags: dict[str, str] | None = None, checks_pass: bool = True) -> list[dict]:
         metas = []
         for hour in hours:
             result = materialize(
                 [last_data],
                 partition_key=_key(hour),
+                tags=tags,
                 resources={
                     "spark": LazyPySparkResource(spark_config={}),
                     "lake": self.lake,
@@ -63,7 +64,7 @@ class Hours:
                 instance=DagsterInstance.ephemeral(),
             )
             assert result.success
-            assert all(c.passed for c in result.get_asset_check_evaluations())
+            assert all(c.passed for c in result.get_asset_check_evaluations()) is checks_pass
             (m,) = result.get_asset_materialization_events()
             metas.append({k: v.value for k, v in m.materialization.metadata.items()})
         return metas

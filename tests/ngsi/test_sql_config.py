@@ -118,3 +118,23 @@ def test_timestamp_key_recv_time_or_an_attribute() -> None:
     assert (c.timestamp_column, c.timestamp_pattern) == ("timeinstant", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
     assert SqlSinkConfig(dialect="mysql", last_data_timestamp_key="TimeInstant").timestamp_column == "TimeInstant"
     assert SqlSinkConfig(dialect="mysql").timestamp_column == "recvTime"
+
+
+@pytest.mark.parametrize(
+    ("key", "fmt", "by_instant"),
+    [
+        ("TimeInstant", None, True),
+        ("TimeInstant", "iso8601", True),
+        ("TimeInstant", " ISO8601 ", True),
+        ("TimeInstant", "%Y-%m-%dT%H:%i:%s.%fZ", False),
+        ("recvTime", None, False),
+        ("recvTime", "iso8601", False),
+    ],
+)
+def test_an_attribute_key_orders_by_its_iso8601_instant_unless_a_format_is_set(
+    key: str, fmt: str | None, by_instant: bool
+) -> None:
+    c = SqlSinkConfig(dialect="mysql", last_data_timestamp_key=key, last_data_sql_timestamp_format=fmt)
+    assert c.orders_by_instant is by_instant
+    if fmt is not None and fmt.strip().lower() == "iso8601":
+        assert c.last_data_sql_timestamp_format == "iso8601"
