@@ -20,6 +20,8 @@ from pymongo.database import Database
 from pymongo.errors import ConfigurationError, OperationFailure, PyMongoError
 from pymongo.uri_parser import parse_uri
 
+from ngsi_assets.ngsi.sth_naming import LEGACY_NAMESPACE_BYTES, MAX_NAMESPACE_BYTES
+
 _EXAMPLE = "mongodb://user:password@host:27017/database"
 _AUTH_FAILED = 18
 
@@ -53,6 +55,28 @@ def check_mongo_url(url: str) -> None:
         parse_uri(url)
     except (ConfigurationError, ValueError) as exc:
         raise ValueError(f"invalid MongoDB URL {shown!r}: {exc} (expected like {_EXAMPLE})") from exc
+
+
+# MongoDB 4.4 raised the namespace limit from 120 bytes to 255 (Cygnus and STH-Comet use 113).
+MODERN_NAMESPACES = (4, 4)
+
+
+def namespace_limit(client: MongoClient[dict[str, Any]]) -> int:
+    """The longest ``database.collection`` (UTF-8 bytes) the server behind ``client`` takes, by its version."""
+    info = client.admin.command("buildInfo")
+    version = tuple(int(v) for v in (info.get("versionArray") or [])[:2])
+    if not version:
+        version = tuple(int(p) for p in re.findall(r"\d+", str(info.get("version", "")))[:2])
+    return MAX_NAMESPACE_BYTES if version >= MODERN_NAMESPACES else LEGACY_NAMESPACE_BYTES
+
+
+def with_server_limit(config: Any, url: str) -> Any:
+    """``config`` (an STH or raw sink configuration) with ``max_namespace_bytes`` of the server at ``url``,
+    unless the user set it. Connects either way: an unreachable server raises MongoConnectionError."""
+    with MongoResource(url=url).client() as client:
+        if config.max_namespace_bytes is not None:
+            return config
+        return config.model_copy(update={"max_namespace_bytes": namespace_limit(client)})
 
 
 class MongoResource(ConfigurableResource):

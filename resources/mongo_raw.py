@@ -39,6 +39,7 @@ class MongoRawSinkResource(ConfigurableResource):
     collections_size: int = 0
     max_documents: int = 0
     data_expiration: int = 0
+    max_namespace_bytes: int | None = None
     batch_size: int = 1000
     batch_timeout: int = 30
     batch_ttl: int = 10

@@ -35,6 +35,7 @@ class STHSinkResource(ConfigurableResource):
     enable_encoding: bool = False
     data_expiration: int = 0
     ignore_white_spaces: bool = True
+    max_namespace_bytes: int | None = None
     batch_size: int = 500
     batch_timeout: int = 30
     batch_ttl: int = 10

@@ -414,10 +414,10 @@ def test_missing_headers(api: Api) -> None:
 
 
 def test_a_name_mongodb_cannot_hold_is_a_400_naming_it(api: Api) -> None:
-    status, body = api.json("/STH/v2/entities/" + quote("x" * 120) + "/attrs/speed", {"type": "Spot", "lastN": "1"})
+    status, body = api.json("/STH/v2/entities/" + quote("x" * 250) + "/attrs/speed", {"type": "Spot", "lastN": "1"})
     assert status == 400
     assert body["error"] == "BadRequest"
-    assert "MongoDB allows at most 113" in body["description"]
+    assert "the limit is 255" in body["description"]
 
 
 def test_not_found_version_and_correlator(api: Api) -> None:

@@ -19,7 +19,7 @@ from ngsi_assets.sinks.mongo_raw import write_raw
 from ngsi_assets.transforms.mongo_raw import MONGO_RAW_REJECTS, classify_raw, raw_rejects, raw_rows
 from ngsi_assets.transforms.plans import most_frequent
 from resources.lake import LakeResource
-from resources.mongo import MongoResource
+from resources.mongo import with_server_limit
 from resources.mongo_raw import ENABLED_ENV, MongoRawSinkResource
 from resources.spark import collect_small, row_count
 
@@ -64,9 +64,9 @@ def mongo_raw(
     config = mongo_raw_sink.raw_config()
     url = mongo_raw_sink.mongo_url
     assert url is not None  # the resource refuses enabled without a URL
-    # Ping first: an unreachable server fails the run with a clear message before Spark starts writing.
-    with MongoResource(url=url).client():
-        pass
+    # Ping first (an unreachable server fails the run with a clear message before Spark starts
+    # writing), and name collections within the server's limits.
+    config = with_server_limit(config, url)
     keys = context.partition_keys
     session = spark.spark_session
     events, inc = events_of_run(context, lake, session)

@@ -58,7 +58,7 @@ from ngsi_assets.transforms.sth import (
     with_tombstones,
 )
 from resources.lake import FolderAdd, FolderWrite, LakeResource, key_to_dt
-from resources.mongo import MongoResource
+from resources.mongo import MongoResource, with_server_limit
 from resources.parallel import results, side_by_side
 from resources.spark import collect_small, computed_once, row_count
 from resources.sth_mongo import STHSinkResource
@@ -203,6 +203,9 @@ def sth_aggregates(
     only the documents they touch.
     """
     config = sth.sth_config()
+    if sth.mongo_url:
+        # Names follow the server's limits (255-byte namespaces from MongoDB 4.4): one buildInfo.
+        config = with_server_limit(config, sth.mongo_url)
     keys = context.partition_keys
     session = spark.spark_session
     now = datetime.now(UTC)

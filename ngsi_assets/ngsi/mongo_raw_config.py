@@ -95,4 +95,5 @@ class MongoRawConfig(MongoSinkParameters):
             collection_prefix=self.collection_prefix,
             data_model=self.data_model,
             enable_encoding=self.enable_encoding,
+            max_namespace_bytes=self.max_namespace_bytes,
         )

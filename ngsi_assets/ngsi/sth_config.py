@@ -52,6 +52,14 @@ class MongoSinkParameters(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     env_prefix: ClassVar[str]
 
+    max_namespace_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        le=255,
+        description="Longest database.collection name in UTF-8 bytes; unset: the server's (255 from MongoDB 4.4, "
+        "113 before). 113 keeps every collection readable by an STH-Comet that enforces the old limit.",
+    )
+
     @field_validator("batch_retry_intervals", mode="before", check_fields=False)
     @classmethod
     def _split_intervals(cls, value: Any) -> Any:

@@ -16,9 +16,12 @@ Pure functions, no I/O. The rules follow Cygnus's NGSISTHSink (seed 002) where i
   by 4 hex digits becomes ``xx``..., and parts are joined with the concatenator ``xffff``. In
   database names upper-case ASCII letters are encoded as well (MongoDB database names are unique
   regardless of case), and so is the space (forbidden in database names; Cygnus forgets it);
-- a namespace (database + ``.`` + collection) longer than 113 bytes in UTF-8, a database name of
+- a namespace (database + ``.`` + collection) longer than the limit in UTF-8, a database name of
   64 bytes or more, or any name holding a NUL character cannot be written: ``STHNameError`` says
-  why, and the records are quarantined with that reason.
+  why, and the records are quarantined with that reason. The namespace limit is
+  ``max_namespace_bytes`` when set, else the server's: 255 bytes since MongoDB 4.4, 113 before
+  (Cygnus's and STH-Comet's figure, which an old STH-Comet still enforces when it reads). The sinks
+  read the server's version (``buildInfo``) before naming; without a server, 255 applies.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from ngsi_assets.ngsi.sth_config import DataModel, Resolution, STHConfig
 
 AGGR_SUFFIX = ".aggr"
 CONCATENATOR = "xffff"
-MAX_NAMESPACE_BYTES = 113
+MAX_NAMESPACE_BYTES = 255
+LEGACY_NAMESPACE_BYTES = 113
 MAX_DATABASE_BYTES = 63
 
 # The range a document of each resolution covers, and its slots (offsets) as STH-Comet reads them.
@@ -187,9 +191,11 @@ def sth_names(
     collection = collection_name(service_path, entity_id, entity_type, attr_name, config, aggregated=aggregated)
     namespace = f"{database}.{collection}"
     size = len(namespace.encode("utf-8"))
-    if size > MAX_NAMESPACE_BYTES:
+    limit = config.max_namespace_bytes or MAX_NAMESPACE_BYTES
+    if size > limit:
         raise STHNameError(
-            f"namespace {namespace!r} is {size} bytes in UTF-8; MongoDB allows at most {MAX_NAMESPACE_BYTES}"
+            f"namespace {namespace!r} is {size} bytes in UTF-8; the limit is {limit} "
+            "(max_namespace_bytes, else the server's: 255 from MongoDB 4.4, 113 before)"
         )
     return STHNames(database, collection)
 

@@ -6,6 +6,7 @@ import pytest
 
 from ngsi_assets.ngsi.sth_config import DataModel, Resolution, STHConfig
 from ngsi_assets.ngsi.sth_naming import (
+    LEGACY_NAMESPACE_BYTES,
     MAX_NAMESPACE_BYTES,
     RANGES,
     SLOTS,
@@ -72,14 +73,16 @@ def test_raw_mongo_names_with_spaces_unicode_and_the_namespace_limit() -> None:
     assert sth_names("ciudad ñ", "/zona uno", "coche ñ", "Coche", "v", c, aggregated=False) == STHNames(
         "sth_ciudad_ñ", "sth_/zona uno_coche ñ_Coche"
     )
-    # 113 bytes fit without ".aggr" where the aggregated name is 5 bytes over.
-    eid = "e" * (MAX_NAMESPACE_BYTES - len("sth_s.sth_/_") - len("_t"))
-    assert len(f"sth_s.{collection_name('/', eid, 't', 'a', c, aggregated=False)}".encode()) == MAX_NAMESPACE_BYTES
-    sth_names("s", "/", eid, "t", "a", c, aggregated=False)
-    with pytest.raises(STHNameError, match="is 118 bytes"):
-        sth_names("s", "/", eid, "t", "a", c)
-    with pytest.raises(STHNameError, match="is 114 bytes"):
-        sth_names("s", "/", eid + "e", "t", "a", c, aggregated=False)
+    for limit in (MAX_NAMESPACE_BYTES, LEGACY_NAMESPACE_BYTES):
+        c = _cfg("dm-by-entity", **OLD, max_namespace_bytes=None if limit == MAX_NAMESPACE_BYTES else limit)
+        # The limit fits without ".aggr" where the aggregated name is 5 bytes over.
+        eid = "e" * (limit - len("sth_s.sth_/_") - len("_t"))
+        assert len(f"sth_s.{collection_name('/', eid, 't', 'a', c, aggregated=False)}".encode()) == limit
+        sth_names("s", "/", eid, "t", "a", c, aggregated=False)
+        with pytest.raises(STHNameError, match=f"is {limit + 5} bytes"):
+            sth_names("s", "/", eid, "t", "a", c)
+        with pytest.raises(STHNameError, match=f"is {limit + 1} bytes"):
+            sth_names("s", "/", eid + "e", "t", "a", c, aggregated=False)
 
 
 def test_seed_database_name() -> None:
@@ -197,18 +200,25 @@ def test_root_service_path_old_encoding_follows_cygnus_code(model: str, expected
     assert collection_name("/", "someId", "someType", "someName", _cfg(model)) == expected
 
 
-def test_namespace_limit_is_113_bytes() -> None:
-    cfg = _cfg("dm-by-attribute")
+@pytest.mark.parametrize("limit", [None, 113, 200])
+def test_namespace_limit_is_255_bytes_or_the_setting(limit: int | None) -> None:
+    cfg = _cfg("dm-by-attribute", max_namespace_bytes=limit)
     # "sth_s." (6) + "sth_/_" (6) + entity + "_t_a" (4) + ".aggr" (5) = 21 + len(entity)
-    fits = "e" * (MAX_NAMESPACE_BYTES - 21)
+    fits = "e" * ((limit or 255) - 21)
     assert sth_names("s", "/", fits, "t", "a", cfg).collection == f"sth_/_{fits}_t_a.aggr"
-    with pytest.raises(STHNameError, match=r"namespace 'sth_s\.sth_/_e+_t_a\.aggr' is 114 bytes in UTF-8; MongoDB "
-                       r"allows at most 113"):  # fmt: skip
+    with pytest.raises(STHNameError, match=rf"namespace 'sth_s\.sth_/_e+_t_a\.aggr' is {(limit or 255) + 1} bytes in "
+                       rf"UTF-8; the limit is {limit or 255} \(max_namespace_bytes, else the server's"):  # fmt: skip
         sth_names("s", "/", fits + "e", "t", "a", cfg)
 
 
+def test_namespace_limit_setting_is_checked() -> None:
+    for bad in (0, 256):
+        with pytest.raises(ValueError, match="max_namespace_bytes"):
+            STHConfig(max_namespace_bytes=bad)
+
+
 def test_namespace_limit_counts_utf8_bytes() -> None:
-    cfg = _cfg("dm-by-attribute")
+    cfg = _cfg("dm-by-attribute", max_namespace_bytes=LEGACY_NAMESPACE_BYTES)
     # 'é' is 2 bytes: 46 of them are 92 bytes, which fit (21 + 92 = 113); one more byte does not.
     assert sth_names("s", "/", "é" * 46, "t", "a", cfg)
     with pytest.raises(STHNameError, match="114 bytes"):
