@@ -37,7 +37,6 @@ from ngsi_assets.increments import (
     segment_hour,
 )
 from ngsi_assets.ingest.landing import SegmentInfo
-from ngsi_assets.partitions import hourly_partitions
 from resources.landing import LandingZoneResource
 
 # Hours newer than (newest hour seen - LOOKBACK_HOURS) are tracked one by one in the cursor; older
@@ -48,7 +47,6 @@ ingest_job = define_asset_job(
     "ngsi_ingest_job",
     # The message store and everything computed from it: the whole platform for the hours given.
     selection=AssetSelection.assets(message_store).downstream(),
-    partitions_def=hourly_partitions,
     description="Landing zone -> message_store -> ngsi_events -> versioned entities and sinks, for the hours given.",
 )
 
@@ -66,14 +64,12 @@ INCREMENT_ASSETS = ("message_store", "ngsi_events", "last_data", "historic_table
 increment_job = define_asset_job(
     "ngsi_increment_job",
     selection=AssetSelection.assets(*INCREMENT_ASSETS),
-    partitions_def=hourly_partitions,
     description="Continuous mode: what landed since the previous increment (run tag ngsi/increment) through the "
     "message store, the NGSI events, last data, historic tables and the raw MongoDB history.",
 )
 derived_job = define_asset_job(
     "ngsi_derived_job",
     selection=AssetSelection.assets(message_store).downstream() - AssetSelection.assets(*INCREMENT_ASSETS),
-    partitions_def=hourly_partitions,
     description="Continuous mode: versioned entities, transaction history and STH aggregates of one hour, from "
     "what the increments stored so far.",
 )
@@ -438,7 +434,6 @@ reprocess_job = define_asset_job(
     "ngsi_reprocess_job",
     # With the transaction history, so what the reprocessing changed is committed as a transaction.
     selection=AssetSelection.assets(VERSIONED_ENTITIES).downstream(),
-    partitions_def=hourly_partitions,
     description="Reprocesses every message of one hour of versioned_entities (resolves late links), then "
     "records the changes in the transaction history.",
 )
