@@ -29,7 +29,7 @@ from tests.support.spark import _release_cached_frames, spark  # noqa: F401  (fi
 # (a module of the runs' tests took 295-317 s with it, 430-436 s with the run drivers' "quick").
 os.environ.setdefault("NGSI_SPARK_JIT", "full")
 
-# The slowest files, slowest first, with their seconds in a full run of the test command (session 30,
+# The slowest files, slowest first, with their seconds in a full run of the test command (an earlier run,
 # AMD EPYC 2 cores: BENCHMARKS.md, "Test suite"); every other file follows in collection order.
 # tests/test_suite_order.py checks that each still exists.
 SLOWEST_FIRST = (
