@@ -1,5 +1,5 @@
 # Entry points; scripts/ holds the logic so each target also works as a plain `bash scripts/...`.
-.PHONY: test lint format demo dev
+.PHONY: test lint format demo dev docs
 
 # Pass pytest arguments with ARGS, e.g. `make test ARGS="tests/resources -q"`.
 ARGS ?=
@@ -20,3 +20,6 @@ demo:
 
 dev:
 	bash scripts/dev.sh
+
+docs:
+	bash scripts/docs.sh $(ARGS)

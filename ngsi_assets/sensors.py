@@ -80,16 +80,38 @@ class ContinuousSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
 
-    derived_interval_s: float = Field(300.0, gt=0, alias="NGSI_DERIVED_INTERVAL_S")
+    derived_interval_s: float = Field(
+        300.0,
+        gt=0,
+        alias="NGSI_DERIVED_INTERVAL_S",
+        description="Seconds between derived runs (versioned entities, history, STH) of an hour in progress.",
+    )
     # Entities and history spaces a derived run processes at once (the run tag ngsi/side-by-side):
     # one leaves the second core to the increments; a whole-hour run keeps the assets' default.
-    derived_side_by_side: int = Field(1, ge=1, alias="NGSI_DERIVED_SIDE_BY_SIDE")
-    hour_grace_s: float = Field(120.0, ge=0, alias="NGSI_HOUR_GRACE_S")
+    derived_side_by_side: int = Field(
+        1,
+        ge=1,
+        alias="NGSI_DERIVED_SIDE_BY_SIDE",
+        description="Entities and history spaces a derived run does at once.",
+    )
+    hour_grace_s: float = Field(
+        120.0,
+        ge=0,
+        alias="NGSI_HOUR_GRACE_S",
+        description="Seconds after an hour ends before its closing derived run (late notifications).",
+    )
     # A run whose process died (killed, machine lost) stays "started" and would hold its lane for
     # ever: Dagster's run monitoring (dagster.yaml) cancels a run older than this, and a canceled
     # increment gets its whole-hour repair. Well above what a run takes.
-    increment_max_runtime_s: float = Field(900.0, gt=0, alias="NGSI_INCREMENT_MAX_RUNTIME_S")
-    hour_max_runtime_s: float = Field(3600.0, gt=0, alias="NGSI_HOUR_MAX_RUNTIME_S")
+    increment_max_runtime_s: float = Field(
+        900.0,
+        gt=0,
+        alias="NGSI_INCREMENT_MAX_RUNTIME_S",
+        description="Seconds after which an increment run is canceled (and its hour repaired whole).",
+    )
+    hour_max_runtime_s: float = Field(
+        3600.0, gt=0, alias="NGSI_HOUR_MAX_RUNTIME_S", description="Seconds after which a whole-hour run is canceled."
+    )
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> "ContinuousSettings":
@@ -450,11 +472,21 @@ class ReprocessSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
 
-    initial_delay_s: float = Field(60.0, gt=0, alias="NGSI_REPROCESS_INITIAL_DELAY_S")
-    backoff_factor: float = Field(2.0, ge=1, alias="NGSI_REPROCESS_BACKOFF_FACTOR")
-    max_delay_s: float = Field(3600.0, gt=0, alias="NGSI_REPROCESS_MAX_DELAY_S")
-    max_attempts: int | None = Field(None, ge=1, alias="NGSI_REPROCESS_MAX_ATTEMPTS")
-    max_runs_per_tick: int = Field(20, ge=1, alias="NGSI_REPROCESS_MAX_RUNS_PER_TICK")
+    initial_delay_s: float = Field(
+        60.0, gt=0, alias="NGSI_REPROCESS_INITIAL_DELAY_S", description="Seconds before the first reprocessing."
+    )
+    backoff_factor: float = Field(
+        2.0, ge=1, alias="NGSI_REPROCESS_BACKOFF_FACTOR", description="Each delay is this times the one before."
+    )
+    max_delay_s: float = Field(
+        3600.0, gt=0, alias="NGSI_REPROCESS_MAX_DELAY_S", description="Longest delay between reprocessings."
+    )
+    max_attempts: int | None = Field(
+        None, ge=1, alias="NGSI_REPROCESS_MAX_ATTEMPTS", description="Reprocessings of an hour; unset: no limit."
+    )
+    max_runs_per_tick: int = Field(
+        20, ge=1, alias="NGSI_REPROCESS_MAX_RUNS_PER_TICK", description="Runs one sensor tick may request."
+    )
 
     @model_validator(mode="after")
     def _max_not_below_initial(self) -> "ReprocessSettings":

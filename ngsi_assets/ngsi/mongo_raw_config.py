@@ -42,7 +42,11 @@ class MongoRawConfig(MongoSinkParameters):
 
     db_prefix: str = Field(default="sth_", description="Prepended to the service to name the database.")
     collection_prefix: str = Field(default="sth_", description="Prepended to every collection name.")
-    data_model: DataModel = Field(default=DataModel.BY_ENTITY, description="One collection per ...")
+    data_model: DataModel = Field(
+        default=DataModel.BY_ENTITY,
+        description="dm-by-service-path, dm-by-entity or dm-by-attribute: one collection per service path, per "
+        "entity or per attribute.",
+    )
     enable_encoding: bool = Field(default=False, description="true: the new (x-hex) encoding; false: the old one.")
     attr_persistence: AttrPersistence = Field(
         default=AttrPersistence.ROW, description="row: a document per attribute update; column: per notified entity."

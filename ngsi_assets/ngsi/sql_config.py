@@ -62,23 +62,53 @@ class SqlSinkConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
-    dialect: Dialect
-    url: str | None = Field(default=None, repr=False)
-    data_model: DataModel = DataModel.BY_ENTITY
-    attr_persistence: AttrPersistence = AttrPersistence.ROW
-    enable_encoding: bool = False
-    enable_lowercase: bool = False
-    default_service: str = DEFAULT_SERVICE
-    default_service_path: str = DEFAULT_SERVICE_PATH
-    last_data_mode: LastDataMode = LastDataMode.INSERT
-    last_data_table_suffix: str = "_last_data"
-    last_data_unique_key: list[str] = Field(default_factory=lambda: ["entityId"])
-    last_data_timestamp_key: str = "recvTime"
-    last_data_sql_timestamp_format: str | None = None
+    dialect: Dialect = Field(description="postgresql or mysql: the section the parameters sit in.")
+    url: str | None = Field(
+        default=None, repr=False, description="postgresql://user:password@host:5432/db or mysql://...; unset: off."
+    )
+    data_model: DataModel = Field(
+        default=DataModel.BY_ENTITY,
+        description="dm-by-service-path, dm-by-entity-type, dm-by-entity or dm-by-fixed-entity-type: a table per "
+        "service path, entity type or entity; their -database variants (a database per service) and, on "
+        "PostgreSQL, -database-schema variants.",
+    )
+    attr_persistence: AttrPersistence = Field(
+        default=AttrPersistence.ROW,
+        description="row: a historic row per attribute update; column: a row per notified entity.",
+    )
+    enable_encoding: bool = Field(default=False, description="true: the new (x-hex) encoding of names.")
+    enable_lowercase: bool = Field(default=False, description="true: names in lower case.")
+    default_service: str = Field(default=DEFAULT_SERVICE, description="Service of notifications without one.")
+    default_service_path: str = Field(
+        default=DEFAULT_SERVICE_PATH, description="Service path of notifications without one."
+    )
+    last_data_mode: LastDataMode = Field(
+        default=LastDataMode.INSERT,
+        description="insert: historic tables only; upsert: last data only; both.",
+    )
+    last_data_table_suffix: str = Field(default="_last_data", description="Appended to a last-data table's name.")
+    last_data_unique_key: list[str] = Field(
+        default_factory=lambda: ["entityId"],
+        description="Columns that identify a last-data row, among entityId, entityType, fiwareServicePath, "
+        "recvTime (comma-separated).",
+    )
+    last_data_timestamp_key: str = Field(
+        default="recvTime",
+        description="What decides which record is newest: recvTime, or an attribute such as TimeInstant.",
+    )
+    last_data_sql_timestamp_format: str | None = Field(
+        default=None,
+        description="How the timestamp attribute is read: unset or iso8601, its ISO 8601 instant in any form; "
+        "or a server format (PostgreSQL to_timestamp, MySQL STR_TO_DATE), Cygnus's rule.",
+    )
     batch_size: int = Field(default=1000, ge=1, le=100_000, description="Rows per INSERT statement.")
     batch_ttl: int = Field(default=10, ge=0, description="Retries of a failed batch before the run fails.")
     batch_retry_intervals: list[int] = Field(default_factory=lambda: [5000], description="Milliseconds.")
-    persistence_policy: PersistencePolicy = Field(default_factory=PersistencePolicy)
+    persistence_policy: PersistencePolicy = Field(
+        default_factory=PersistencePolicy,
+        description="Capping and expiration of the historic tables (persistence_policy.max_records, "
+        "persistence_policy.expiration_time).",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -125,7 +125,11 @@ class STHConfig(MongoSinkParameters):
     )
     db_prefix: str = Field(default="sth_", description="Prepended to the service to name the database.")
     collection_prefix: str = Field(default="sth_", description="Prepended to every collection name.")
-    data_model: DataModel = Field(default=DataModel.BY_ENTITY, description="One collection per ...")
+    data_model: DataModel = Field(
+        default=DataModel.BY_ENTITY,
+        description="dm-by-service-path, dm-by-entity or dm-by-attribute: one collection per service path, per "
+        "entity or per attribute.",
+    )
     enable_encoding: bool = Field(default=False, description="true: the new (x-hex) encoding; false: the old one.")
     data_expiration: int = Field(
         default=0, ge=0, description="Seconds; documents whose _id.origin is older are removed. 0: never."
