@@ -36,7 +36,7 @@ import orjson
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
-from benchmarks.machine import process_tree_cpu_s  # noqa: E402
+from benchmarks.machine import process_tree_cpu_s, write_results  # noqa: E402
 
 BENCHMARKS_MD = PROJECT / "BENCHMARKS.md"
 SECTION = "## Receiver"
@@ -435,30 +435,8 @@ def render(
     return "\n".join(lines)
 
 
-INTRO = """# Benchmarks
-
-Measured figures for the platform's moving parts, each with the script that produces it and the
-machine it ran on. Rerun the scripts on your hardware before sizing anything.
-"""
-
-
 def write_section(block: str) -> None:
-    text = BENCHMARKS_MD.read_text() if BENCHMARKS_MD.exists() else INTRO
-    if SECTION not in text:
-        text = text.rstrip("\n") + f"\n\n{SECTION}\n\n{block}\n"
-    else:
-        start = text.index(SECTION)
-        nxt = text.find("\n## ", start + len(SECTION))
-        end = len(text) if nxt == -1 else nxt + 1
-        section = text[start:end]
-        if BEGIN in section and END in section:
-            section = section[: section.index(BEGIN)] + block + section[section.index(END) + len(END) :]
-        else:
-            section = section.rstrip("\n") + f"\n\n{block}\n"
-        if not section.endswith("\n"):
-            section += "\n"
-        text = text[:start] + section + ("\n" if nxt != -1 and not section.endswith("\n\n") else "") + text[end:]
-    BENCHMARKS_MD.write_text(text)
+    write_results(block, BEGIN, END, SECTION.removeprefix("## "))
 
 
 def main() -> int:

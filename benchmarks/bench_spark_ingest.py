@@ -21,7 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.machine import describe_machine  # noqa: E402
+from benchmarks.machine import describe_machine, write_results  # noqa: E402
+
+BEGIN, END = "<!-- bench_spark_ingest:begin -->", "<!-- bench_spark_ingest:end -->"
 
 
 def build_landing(root: Path, target_updates: int, recv_ms: int) -> int:
@@ -110,17 +112,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _write_results(line: dict) -> None:
-    path = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
     entry = (
-        f"\n### message_store + ngsi_events, {datetime.now(UTC):%Y-%m-%d}\n\n"
-        f"- machine: {describe_machine()}\n"
-        f"- input: {line['messages']} notifications and messages ({line['landing_MiB']} MiB of landing lines) "
-        f"giving {line['attribute_updates']} attribute updates, one hourly partition\n"
-        f"- one Dagster run of both assets (checks and metadata included), Spark local[*]: "
-        f"{line['seconds']} s, **{line['updates_per_s']} attribute updates/s**; per step {line['steps_s']}\n"
+        f"{BEGIN}\n"
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {describe_machine()}.\n\n"
+        f"| input | run | attribute updates/s | steps (s) |\n|---|---:|---:|---|\n"
+        f"| {line['messages']:,} notifications and messages ({line['landing_MiB']} MiB of landing lines), "
+        f"{line['attribute_updates']:,} attribute updates, one hour | {line['seconds']} s | "
+        f"**{line['updates_per_s']:,}** | {', '.join(f'{k} {v}' for k, v in line['steps_s'].items())} |\n"
+        f"{END}"
     )
-    path.write_text(text + entry)
+    write_results(entry, BEGIN, END, "message_store + ngsi_events (Spark)")
 
 
 if __name__ == "__main__":

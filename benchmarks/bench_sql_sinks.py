@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import re
 import sys
 import time
 from datetime import UTC, datetime
@@ -24,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.machine import describe_machine, stop_cleanly_on_sigterm  # noqa: E402
+from benchmarks.machine import describe_machine, stop_cleanly_on_sigterm, write_results  # noqa: E402
 from ngsi_assets.ngsi.sql_config import SqlSinkConfig  # noqa: E402
 from ngsi_assets.ngsi.sql_naming import Dialect, attribute_column  # noqa: E402
 from ngsi_assets.sinks.sql_writer import HISTORIC, LAST_DATA, WriteJob, write_rows  # noqa: E402
@@ -182,13 +181,7 @@ def main() -> None:
     )
     print(section)
     if args.write:
-        path = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
-        text = path.read_text()
-        if BEGIN in text:
-            text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _m: section, text, flags=re.S)
-        else:
-            text = text.rstrip("\n") + "\n\n## SQL sinks (last data, historic tables)\n\n" + section + "\n"
-        path.write_text(text)
+        write_results(section, BEGIN, END, "SQL sinks (last data, historic tables)")
 
 
 if __name__ == "__main__":

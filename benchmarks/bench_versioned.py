@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.machine import describe_machine  # noqa: E402
+from benchmarks.machine import describe_machine, write_results  # noqa: E402
 
 SCHEMA = {
     "entities": {
@@ -154,14 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(result)
     if args.write_results:
-        path = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
-        text = path.read_text()
-        block = f"{BEGIN}\n{result}{END}"
-        if BEGIN in text:
-            text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
-        else:
-            text = text.rstrip() + "\n\n## versioned_entities (Spark)\n\n" + block + "\n"
-        path.write_text(text)
+        write_results(f"{BEGIN}\n{result}{END}", BEGIN, END, "versioned_entities (Spark)")
     return 0
 
 

@@ -41,12 +41,33 @@ def describe_machine() -> str:
     )
 
 
+def describe_code() -> str:
+    """The commit the benchmark ran (``git rev-parse``), and whether the tree had uncommitted changes."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "Code: not a git checkout."
+    return f"Code: commit {sha}" + (", with uncommitted changes." if dirty else ".")
+
+
 def write_results(block: str, begin: str, end: str, section: str) -> None:
-    """Replace the ``begin``..``end`` block of BENCHMARKS.md with ``block`` (or append it under ``section``)."""
+    """Replace the ``begin``..``end`` block of BENCHMARKS.md with ``block`` (or append it under ``section``),
+    with the commit that produced it (``describe_code``) as the block's first line."""
     import re
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[1] / "BENCHMARKS.md"
+    if "Code: commit" not in block:
+        body = block.removeprefix(begin).lstrip("\n")
+        block = f"{begin}\n{describe_code()}\n\n{body}"
     text = path.read_text()
     if begin in text and end in text:
         text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _m: block, text, flags=re.S)

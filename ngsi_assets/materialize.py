@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 INGEST_JOB = "ngsi_ingest_job"
-# A run started by hand is the machine's one job: its steps overlap (BENCHMARKS.md, "Steps side by side").
+# A run started by hand is the machine's one job: its steps overlap (BENCHMARKS.md, "Findings behind the defaults").
 CLI_STEPS_SIDE_BY_SIDE = 2
 # From this many landed bytes in the run's hours (about 300,000 notifications), a run's own driver gets
 # HotSpot's full JIT (``NGSI_SPARK_JIT=full``) unless the variable says otherwise: parsing the landing

@@ -52,16 +52,16 @@ def spark_home() -> Path:
 
 # A read of more folders than spark.sql.sources.parallelPartitionDiscovery.threshold (Spark's default
 # 32) lists them in a Spark job, one task per folder: a read of an entity's 64 buckets was a job of 60
-# tasks, three of them in each run of the main job (BENCHMARKS.md, "Listing folders"). On a local lake
-# the driver lists them in milliseconds. An object store keeps Spark's way, where the driver would
+# tasks, three of them in each run of the main job (BENCHMARKS.md, "Findings behind the defaults").
+# On a local lake the driver lists them in milliseconds. An object store keeps Spark's way, where the driver would
 # list the prefixes one after the other.
 LOCAL_LISTING = {"spark.sql.sources.parallelPartitionDiscovery.threshold": str(2**31 - 1)}
 # Spark weighs each file a scan reads as its size plus spark.sql.files.openCostInBytes (4 MB by default,
 # the cost of opening a file on HDFS or an object store), so a scan of small files packs at most four
 # into a split of spark.sql.files.maxPartitionBytes (16 MB here): one task per four bucket files, 70
 # tasks in each of two stages of the main job's history compare. A local file opens in microseconds;
-# at 64 KB such a scan packs its small files into a task or two per core (BENCHMARKS.md, "Tasks per
-# small file").
+# at 64 KB such a scan packs its small files into a task or two per core (BENCHMARKS.md, "Findings
+# behind the defaults").
 LOCAL_OPEN_COST = {"spark.sql.files.openCostInBytes": str(64 * 2**10)}
 
 
@@ -153,7 +153,7 @@ def gc_options(default: str = RUN_DRIVER_GC) -> tuple[str, ...]:
 # Local lakes (file: paths). Hadoop's default file system for them writes a ``.crc`` side file beside
 # every file and, with no native Hadoop library (pyspark ships none), forks a ``chmod`` process for
 # every file and folder it creates: three forks per file of a partitioned write, the side file's
-# included (BENCHMARKS.md, "Files written by Spark"). A raw one writes no side file and reads none
+# included (BENCHMARKS.md, "Findings behind the defaults"). A raw one writes no side file and reads none
 # (``local_fs``: Hadoop's, or one that sets permissions without a process where it can).
 # Parquet's own page checksums, which Spark writes by default, are verified on read instead, so a
 # damaged page still fails the read rather than giving other values.

@@ -10,7 +10,7 @@ Spark compiles the Java of each whole-stage-codegen stage and caches the class b
   server (``_limit_counter_21``), so every query holding one is a new class, whatever its values.
 
 A new class costs its Janino compilation, then runs interpreted until the JIT catches up. Measured on
-a warm Spark Connect server (BENCHMARKS.md, "Generated code"): a settled derived run of
+a warm Spark Connect server (BENCHMARKS.md, "Findings behind the defaults"): a settled derived run of
 continuous mode compiled 17 to 28 classes, 1.6 to 2.9 s of compilation.
 """
 
