@@ -58,7 +58,10 @@ ensure_venv() {
     want=$(cat pyproject.toml <(.venv/bin/python -VV) | sha256sum | cut -d' ' -f1)
     if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
         log "installing the project into .venv (pip install -e '$spec')"
-        .venv/bin/python -m pip install -q --disable-pip-version-check -e "$spec"
+        # A machine whose pip configuration names local index folders that do not exist makes pip
+        # say so once per package and folder (hundreds of lines); exactly that notice is dropped.
+        .venv/bin/python -m pip install -q --disable-pip-version-check -e "$spec" \
+            2> >(grep -v -E "^WARNING: Location 'file://[^']*' is ignored: it is neither a file nor a directory\.$" >&2)
         printf '%s\n' "$want" >"$stamp"
     fi
     PYSPARK_PYTHON="$(pwd)/.venv/bin/python"
