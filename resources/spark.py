@@ -50,6 +50,8 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).resolve().parent
 
 
+# The drivers' logging: warnings on stderr, less those every start prints (the file says which).
+LOG4J2 = Path(__file__).with_name("log4j2.properties")
 # A read of more folders than spark.sql.sources.parallelPartitionDiscovery.threshold (Spark's default
 # 32) lists them in a Spark job, one task per folder: a read of an entity's 64 buckets was a job of 60
 # tasks, three of them in each run of the main job (BENCHMARKS.md, "Findings behind the defaults").
@@ -190,7 +192,9 @@ def driver_config(
         # Every query shape of the platform compiled once: the default 100 entries were evicted by
         # the next run (measured: an increment 11.3 -> 9.3 s through a warm Connect server).
         "spark.sql.codegen.cache.maxEntries": "4000",
-        "spark.driver.extraJavaOptions": " ".join(("-Dlog4j2.level=WARN", *jit, *gc_options(gc_default))),
+        "spark.driver.extraJavaOptions": " ".join(
+            (f"-Dlog4j2.configurationFile={LOG4J2}", *jit, *gc_options(gc_default))
+        ),
         DATAFRAME_DEBUGGING: "true" if os.environ.get("NGSI_SPARK_DATAFRAME_DEBUGGING") == "1" else "false",
         **LOCAL_FILES,
         **local_file_settings(master),
@@ -244,6 +248,10 @@ def default_spark_config(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     master = master or os.environ.get("NGSI_SPARK_MASTER", "local[*]")
+    if master.startswith("local"):
+        # Tasks run in the driver's JVM: it serves nobody but itself, so it binds the loopback address
+        # (and Spark does not warn that the host name resolves to one).
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     return {
         "spark.master": master,
         "spark.app.name": "ngsi-assets",

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from ngsi_assets.spark_servers import connect_server_command
-from resources.spark import EXECUTOR_JIT, default_spark_config
+from resources.spark import EXECUTOR_JIT, LOG4J2, default_spark_config
 from tests.support.spark import connect_server_conf
+
+LOGGING = f"-Dlog4j2.configurationFile={LOG4J2}"
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = ["-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m"]
@@ -50,8 +52,8 @@ def _server_executor_options() -> list[str] | None:
 
 def test_a_run_driver_stops_at_c1_and_a_server_keeps_c2_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NGSI_SPARK_JIT", raising=False)
-    assert _run_driver_options() == ["-Dlog4j2.level=WARN", *QUICK]
-    assert _server_options() == ["-Dlog4j2.level=WARN", *PARALLEL]
+    assert _run_driver_options() == [LOGGING, *QUICK]
+    assert _server_options() == [LOGGING, *PARALLEL]
     # A cluster's executors live as long as their driver: they get its mode (none to add for full).
     assert _run_executor_options() == QUICK
     assert _server_executor_options() is None
@@ -60,8 +62,8 @@ def test_a_run_driver_stops_at_c1_and_a_server_keeps_c2_by_default(monkeypatch: 
 @pytest.mark.parametrize(("mode", "expected"), [("full", []), ("quick", QUICK)])
 def test_the_variable_sets_both(monkeypatch: pytest.MonkeyPatch, mode: str, expected: list[str]) -> None:
     monkeypatch.setenv("NGSI_SPARK_JIT", mode)
-    assert _run_driver_options() == ["-Dlog4j2.level=WARN", *expected]
-    assert _server_options() == ["-Dlog4j2.level=WARN", *expected, *PARALLEL]
+    assert _run_driver_options() == [LOGGING, *expected]
+    assert _server_options() == [LOGGING, *expected, *PARALLEL]
     assert _run_executor_options() == (expected or None)
     assert _server_executor_options() == (expected or None)
 
@@ -74,8 +76,8 @@ def test_an_unknown_mode_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_a_server_collects_in_parallel_and_a_run_driver_keeps_the_jvm_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NGSI_SPARK_JIT", raising=False)
-    assert _server_options() == ["-Dlog4j2.level=WARN", *PARALLEL]
-    assert _run_driver_options() == ["-Dlog4j2.level=WARN", *QUICK]
+    assert _server_options() == [LOGGING, *PARALLEL]
+    assert _run_driver_options() == [LOGGING, *QUICK]
     # The collector is the driver's alone: a cluster's executors keep their own.
     assert _server_executor_options() is None
 
@@ -84,8 +86,8 @@ def test_a_server_collects_in_parallel_and_a_run_driver_keeps_the_jvm_default(mo
 def test_the_gc_variable_sets_both(monkeypatch: pytest.MonkeyPatch, mode: str, expected: list[str]) -> None:
     monkeypatch.setenv("NGSI_SPARK_JIT", "full")
     monkeypatch.setenv("NGSI_SPARK_GC", mode)
-    assert _run_driver_options() == ["-Dlog4j2.level=WARN", *expected]
-    assert _server_options() == ["-Dlog4j2.level=WARN", *expected]
+    assert _run_driver_options() == [LOGGING, *expected]
+    assert _server_options() == [LOGGING, *expected]
 
 
 def test_an_unknown_collector_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,3 +130,16 @@ def _probe(env: dict[str, str]) -> list[str]:
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("options ")]
     assert lines, out.stderr[-3000:]
     return lines
+
+
+def test_the_drivers_logging_file_exists_and_silences_only_known_warnings() -> None:
+    text = LOG4J2.read_text()
+    assert "rootLogger.level = warn" in text
+    silenced = [
+        line.split("=", 1)[1].strip() for line in text.splitlines() if line.startswith("logger.") and ".name" in line
+    ]
+    assert silenced == [
+        "org.apache.hadoop.util.NativeCodeLoader",
+        "org.apache.spark.util.SparkStringUtils",
+        "org.apache.spark.sql.catalyst.util.StringUtils",
+    ]
