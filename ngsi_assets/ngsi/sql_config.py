@@ -129,6 +129,8 @@ class SqlSinkConfig(BaseModel):
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
+        if isinstance(value, int) and not isinstance(value, bool):  # a YAML `batch_retry_intervals: 5000`
+            return [value]
         return value
 
     @field_validator("last_data_unique_key")

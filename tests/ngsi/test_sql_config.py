@@ -138,3 +138,11 @@ def test_an_attribute_key_orders_by_its_iso8601_instant_unless_a_format_is_set(
     assert c.orders_by_instant is by_instant
     if fmt is not None and fmt.strip().lower() == "iso8601":
         assert c.last_data_sql_timestamp_format == "iso8601"
+
+
+def test_one_retry_interval_as_a_yaml_number() -> None:
+    # A Cygnus user's YAML: `batch_retry_intervals: 5000`, one number rather than a list or text.
+    c = SqlSinkConfig.model_validate({"dialect": "mysql", "batch_retry_intervals": 5000})
+    assert c.batch_retry_intervals == [5000]
+    with pytest.raises(ValueError, match="batch_retry_intervals"):
+        SqlSinkConfig.model_validate({"dialect": "mysql", "batch_retry_intervals": True})
