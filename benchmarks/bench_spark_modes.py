@@ -142,19 +142,21 @@ def run_once(
     }
 
 
-def start_connect_server(work: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """A Connect server on a free loopback port, with the platform's settings: (its process, its URL)."""
+def start_connect_server(work: Path, port: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """A Connect server on ``port`` (else a free loopback port), with the platform's settings: (its
+    process, its URL)."""
     from ngsi_assets.spark_servers import connect_server_command, server_env
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    if port is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
     logs = work / "connect"
-    logs.mkdir()
+    logs.mkdir(exist_ok=True)
     proc = subprocess.Popen(
         connect_server_command(port),
         env=server_env(logs, python=sys.executable, host="127.0.0.1"),
-        stdout=(logs / "server.log").open("wb"),
+        stdout=(logs / "server.log").open("ab"),
         stderr=subprocess.STDOUT,
         process_group=0,
     )

@@ -35,6 +35,7 @@ os.environ.setdefault("NGSI_SPARK_JIT", "full")
 SLOWEST_FIRST = (
     "tests/assets/test_derived_increments.py",  # 3,212 s
     "tests/cluster/test_spark_modes.py",  # 2,326 s (1,432 s alone)
+    "tests/test_faults.py",  # about 500 s alone (a platform under traffic, two faults)
     "tests/assets/test_increments.py",  # 785 s
     "tests/assets/test_versioning_rules.py",  # 675 s
     "tests/assets/test_sth_increments.py",  # 589 s

@@ -99,6 +99,9 @@ class ServerProcess:
     stop_signal: int = signal.SIGTERM
     # Signal the whole process group (a launcher script whose server is its child, not its exec).
     signal_group: bool = False
+    # How to start the server process again on its data (``halt`` then ``start_again``: fault runs).
+    launch: Callable[[], subprocess.Popen[bytes]] | None = None
+    probe: Callable[[], None] | None = None
     _stopped: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
@@ -124,6 +127,31 @@ class ServerProcess:
                     os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=STOP_TIMEOUT_S)
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def halt(self, sig: int | None = None) -> None:
+        """Stop the server's processes, keeping its data and port, to start it again later.
+
+        ``sig`` defaults to the server's polite stop; ``signal.SIGKILL`` is a crash: the whole process
+        group is killed at once, as when the machine loses the server.
+        """
+        if self.process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            if sig == signal.SIGKILL or self.signal_group:
+                os.killpg(self.process.pid, sig or self.stop_signal)
+            else:
+                self.process.send_signal(sig or self.stop_signal)
+        self.process.wait(timeout=STOP_TIMEOUT_S)
+        if sig == signal.SIGKILL:  # helpers that outlived their parent (PostgreSQL's backends)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+
+    def start_again(self) -> None:
+        """Start the server again on its data and port after ``halt``, and wait until it answers."""
+        if self.launch is None or self.probe is None:
+            raise ServerStartError(f"{self.name} cannot be started again")
+        self.process = self.launch()
+        self.wait_ready(self.probe)
 
     def wait_ready(self, probe: Callable[[], None], timeout: float = STARTUP_TIMEOUT_S) -> None:
         """Call ``probe`` until it succeeds; raise ServerStartError with the log tail if it never does."""
@@ -193,6 +221,7 @@ def _start_with_port_retries(start: Callable[[int], ServerProcess]) -> ServerPro
 
 
 def _ready_or_stop(server: ServerProcess, probe: Callable[[], None]) -> ServerProcess:
+    server.probe = probe
     try:
         server.wait_ready(probe)
     except BaseException:
@@ -283,38 +312,43 @@ def start_postgres() -> ServerProcess:
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
             raise
-        with log_path.open("ab") as log:
-            process = subprocess.Popen(
-                [
-                    str(bindir / "postgres"),
-                    "-D",
-                    str(data),
-                    "-p",
-                    str(port),
-                    "-k",
-                    str(sockets),
-                    "-c",
-                    "listen_addresses=127.0.0.1",
-                    "-c",
-                    "fsync=off",
-                    "-c",
-                    "synchronous_commit=off",
-                    "-c",
-                    "full_page_writes=off",
-                    "-c",
-                    "max_connections=100",
-                    "-c",
-                    "timezone=UTC",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=workdir,
-                process_group=0,
-                **as_user,
-            )
+
+        def launch() -> subprocess.Popen[bytes]:
+            with log_path.open("ab") as log:
+                return subprocess.Popen(
+                    [
+                        str(bindir / "postgres"),
+                        "-D",
+                        str(data),
+                        "-p",
+                        str(port),
+                        "-k",
+                        str(sockets),
+                        "-c",
+                        "listen_addresses=127.0.0.1",
+                        "-c",
+                        "fsync=off",
+                        "-c",
+                        "synchronous_commit=off",
+                        "-c",
+                        "full_page_writes=off",
+                        "-c",
+                        "max_connections=100",
+                        "-c",
+                        "timezone=UTC",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    cwd=workdir,
+                    process_group=0,
+                    **as_user,
+                )
+
         # SIGINT is PostgreSQL's "fast" shutdown: it does not wait for clients a test left open.
-        server = ServerProcess("PostgreSQL", process, port, workdir, log_path, stop_signal=signal.SIGINT)
+        server = ServerProcess(
+            "PostgreSQL", launch(), port, workdir, log_path, stop_signal=signal.SIGINT, launch=launch
+        )
 
         def probe() -> None:
             psycopg2.connect(
@@ -405,28 +439,31 @@ def start_mariadb() -> ServerProcess:
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
             raise
-        with log_path.open("ab") as log:
-            process = subprocess.Popen(
-                [
-                    str(daemon),
-                    "--no-defaults",
-                    *user_opt,
-                    *common,
-                    f"--port={port}",
-                    "--bind-address=127.0.0.1",
-                    f"--socket={sock}",
-                    f"--pid-file={workdir / 'mariadbd.pid'}",
-                    f"--log-error={log_path}",
-                    "--skip-log-bin",
-                    "--default-time-zone=+00:00",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=workdir,
-                process_group=0,
-            )
-        server = ServerProcess("MariaDB", process, port, workdir, log_path)
+
+        def launch() -> subprocess.Popen[bytes]:
+            with log_path.open("ab") as log:
+                return subprocess.Popen(
+                    [
+                        str(daemon),
+                        "--no-defaults",
+                        *user_opt,
+                        *common,
+                        f"--port={port}",
+                        "--bind-address=127.0.0.1",
+                        f"--socket={sock}",
+                        f"--pid-file={workdir / 'mariadbd.pid'}",
+                        f"--log-error={log_path}",
+                        "--skip-log-bin",
+                        "--default-time-zone=+00:00",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    cwd=workdir,
+                    process_group=0,
+                )
+
+        server = ServerProcess("MariaDB", launch(), port, workdir, log_path, launch=launch)
 
         def probe() -> None:
             pymysql.connect(unix_socket=str(sock), user="root", password="", connect_timeout=2).close()
