@@ -19,6 +19,12 @@ run canceling, and the run's process, which watches its run's status every
 ``run_monitoring.cancellation_thread_poll_interval_seconds`` (``dagster.yaml``), interrupts itself
 as Dagster's own workers do.
 
+A run's process is a child of the warm process, which is the daemon's: stopping the daemon's
+process group (a restart, an upgrade, ``systemctl stop``) ends its runs too. Run monitoring asks
+``check_run_worker_health`` about every started run: a run whose process is gone is marked failed
+(with the reason), so it does not hold its lane for ever, and the landing sensor repairs what it
+left undone.
+
 The default launcher is used instead for a run whose code location runs another Python (its
 ``executable_path`` is not this process's) or has no Python origin.
 """
@@ -31,6 +37,7 @@ import os
 import sys
 import threading
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from dagster import DagsterInstance, DefaultRunLauncher
@@ -71,6 +78,8 @@ DEFAULT_PRELOAD = (
 )
 # The run tag naming the process a run runs in (host and pid), for the UI and the operators.
 WORKER_TAG = "ngsi/run-worker"
+# When that process started (clock ticks since boot, /proc/<pid>/stat): a pid reused later is not it.
+WORKER_START_TAG = "ngsi/run-worker-start"
 
 _FORKSERVER_LOCK = threading.Lock()
 
@@ -126,6 +135,20 @@ def run_worker(serialized_args: str) -> None:
     logging.shutdown()
 
 
+def process_start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot), or None if there is no such live process
+    (a zombie, one that ended but was not reaped yet, counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Fields after the command (in parentheses, which may hold spaces): state is the first, start time the 20th.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
 def same_python(executable_path: str | None) -> bool:
     """Whether a code location's Python is this process's (then its runs can fork from here)."""
     if not executable_path:
@@ -173,7 +196,11 @@ class WarmRunLauncher(DefaultRunLauncher):
             target=run_worker, args=(serialize_value(args),), name=f"dagster-run-{run.run_id}"
         )
         process.start()
-        self._instance.add_run_tags(run.run_id, {WORKER_TAG: f"{os.uname().nodename}:{process.pid}"})
+        tags = {WORKER_TAG: f"{os.uname().nodename}:{process.pid}"}
+        started = process_start_ticks(process.pid)
+        if started is not None:
+            tags[WORKER_START_TAG] = str(started)
+        self._instance.add_run_tags(run.run_id, tags)
         with self._lock:
             self._forget_finished()
             # Only live processes are kept (the daemon launches thousands of runs a day).
@@ -196,6 +223,32 @@ class WarmRunLauncher(DefaultRunLauncher):
         # The run's process sees the status and interrupts itself, wherever this is called from.
         self._instance.report_run_canceling(run)
         return True
+
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        return True
+
+    def check_run_worker_health(self, run: Any) -> Any:
+        """Whether a started run's process is still there; a run of this host whose process is gone
+        has failed (run monitoring then marks it so). Runs this launcher cannot see count as running."""
+        from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
+
+        worker = run.tags.get(WORKER_TAG)
+        if worker is None:
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "launched by Dagster's default launcher")
+        host, _, pid_text = worker.rpartition(":")
+        if host != os.uname().nodename or not pid_text.isdigit():
+            return CheckRunHealthResult(WorkerStatus.RUNNING, f"the run's process is on {host}, not here")
+        pid = int(pid_text)
+        started = process_start_ticks(pid)
+        expected = run.tags.get(WORKER_START_TAG)
+        if started is not None and (expected is None or expected == str(started)):
+            return CheckRunHealthResult(WorkerStatus.RUNNING, run_worker_id=worker)
+        return CheckRunHealthResult(
+            WorkerStatus.FAILED,
+            f"the run's process {pid} on {host} is gone (stopped with the daemon, or killed): the run did not finish",
+            run_worker_id=worker,
+        )
 
     def dispose(self) -> None:
         with self._lock:

@@ -205,3 +205,35 @@ def test_same_python() -> None:
     assert same_python(sys.executable)
     assert same_python(None)
     assert not same_python("/usr/bin/some-other-python")
+
+
+def test_run_monitoring_fails_a_run_whose_process_is_gone(instance: DagsterInstance, tmp_path: Path) -> None:
+    """The daemon stopped with its runs (a restart, an upgrade): the run's process is gone, the run
+    still says STARTED. The health check run monitoring asks must say it failed, so the run does not
+    hold its lane for ever."""
+    from dagster._core.launcher.base import WorkerStatus
+
+    started = tmp_path / "started"
+    run_id = _launch(
+        instance, jobs.sleep_job, {"ops": {"sleep_op": {"config": {"seconds": 300, "started": str(started)}}}}
+    )
+    deadline = time.monotonic() + TIMEOUT_S
+    while not started.exists():
+        assert time.monotonic() < deadline, "the run never started its op"
+        time.sleep(0.2)
+    pid = int(started.read_text())
+    other = WarmRunLauncher()  # run monitoring's, in another process: no handle on the run's process
+    other.register_instance(instance)
+    run = instance.get_run_by_id(run_id)
+    assert run is not None and run.tags[WORKER_TAG].endswith(f":{pid}")
+    assert other.check_run_worker_health(run).status == WorkerStatus.RUNNING
+    os.kill(pid, 9)
+    deadline = time.monotonic() + 30
+    while alive(pid):
+        assert time.monotonic() < deadline, f"the run's process {pid} is still alive"
+        time.sleep(0.2)
+    health = other.check_run_worker_health(instance.get_run_by_id(run_id))
+    assert health.status == WorkerStatus.FAILED
+    assert f"process {pid}" in (health.msg or "")
+    # A run another launcher started (no worker tag) is not judged by this one.
+    assert other.check_run_worker_health(run.with_tags({})).status == WorkerStatus.RUNNING
