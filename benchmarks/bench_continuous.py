@@ -94,17 +94,25 @@ def stop_group(proc: subprocess.Popen[bytes]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def stop_strays(marker: str, grace_s: float = 10.0) -> list[int]:
-    """Stop every process whose environment holds ``marker`` (say ``DAGSTER_HOME=<the bench's home>``);
-    returns their pids. A daemon's code server runs in a session of its own, so stopping the daemon's
-    process group can leave it (seen once, after a 20-minute run: parent 1, deaf to SIGTERM)."""
+def stop_strays(marker: str, grace_s: float = 10.0, spare: Iterable[int] = ()) -> list[int]:
+    """Stop every process whose environment holds ``marker`` (say ``DAGSTER_HOME=<the bench's home>``),
+    but those in the process groups of ``spare``; returns their pids. A daemon's code server runs in a
+    session of its own, so stopping the daemon's process group can leave it (seen once, after a
+    20-minute run: parent 1, deaf to SIGTERM)."""
     wanted = marker.encode() + b"\0"
+    spared_groups = set()
+    for pid in spare:
+        with contextlib.suppress(ProcessLookupError):
+            spared_groups.add(os.getpgid(pid))
 
     def holders() -> list[int]:
         found = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
                 continue
+            with contextlib.suppress(ProcessLookupError):
+                if os.getpgid(int(entry.name)) in spared_groups:
+                    continue
             with contextlib.suppress(OSError):
                 if wanted in (entry / "environ").read_bytes():
                     found.append(int(entry.name))

@@ -49,7 +49,7 @@ from benchmarks.bench_continuous import (  # noqa: E402
     wait_port,
 )
 from benchmarks.bench_spark_modes import platform_env, start_connect_server  # noqa: E402
-from benchmarks.machine import describe_machine, stop_cleanly_on_sigterm, write_results  # noqa: E402
+from benchmarks.machine import describe_code, describe_machine, stop_cleanly_on_sigterm, write_results  # noqa: E402
 
 BEGIN = "<!-- bench_faults:begin -->"
 END = "<!-- bench_faults:end -->"
@@ -113,8 +113,9 @@ class Platform:
 
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
-        if name == "daemon":  # its code server runs in a session of its own
-            stop_strays(f"DAGSTER_HOME={self.home}")
+        if name == "daemon":  # its code server runs in a session of its own; the receiver shares its home
+            spared = {p.pid for p in self.procs.values() if p.poll() is None}
+            stop_strays(f"DAGSTER_HOME={self.home}", spare=spared)
 
     def stop_all(self) -> None:
         for proc in reversed(list(self.procs.values())):
@@ -275,6 +276,7 @@ def run_faults(
     drain_s: float, log: Callable[[str], None] = print,
 ) -> dict[str, Any]:  # fmt: skip
     """Start the platform in ``work``, run traffic through ``faults`` one after another, and account."""
+    code = describe_code()  # the code measured, before anything is written
     platform = start_platform(work)
     obs = Observations()
     stop_traffic, stop_watch = threading.Event(), threading.Event()
@@ -325,6 +327,7 @@ def run_faults(
             newest[car] = max(seq, newest.get(car, 0))
         current = last_data(platform)
         result = {
+            "code": code,
             "rate": rate,
             "cars": cars,
             "down_s": down_s,
@@ -379,11 +382,13 @@ def render(r: dict[str, Any]) -> str:
     return "\n".join(
         [
             BEGIN,
+            r["code"],
+            "",
             f"Machine: {describe_machine()}.",
             "",
             f"`benchmarks/bench_faults.py --rate {r['rate']:g} --cars {r['cars']} --down-s {r['down_s']:g}`: "
             f"{r['acknowledged']:,} notifications acknowledged, {r['refused']:,} refused (the sender saw an "
-            "error or no answer: not acknowledged, Orion retries them).",
+            "error or no answer: not acknowledged, to be sent again).",
             "",
             *rows,
             "",
