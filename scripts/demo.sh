@@ -9,4 +9,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/lib.sh
 
 prepare_runtime
-exec .venv/bin/python -m ngsi_assets.demo.run "$@"
+# Spark's launcher starts every JVM with --add-modules=jdk.incubator.vector (JavaModuleOptions, not
+# configurable), and the JVM then prints one "Using incubator modules" line that asks nothing of a
+# user; exactly that line is dropped.
+exec .venv/bin/python -m ngsi_assets.demo.run "$@" \
+    2> >(grep -v -x "WARNING: Using incubator modules: jdk.incubator.vector" >&2)
