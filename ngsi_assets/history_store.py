@@ -387,10 +387,10 @@ class HistoryStore:
 
         HEAD is stored by versioned bucket, and a transaction reads HEAD's buckets of the same numbers
         as the versioned buckets that changed. After the entity tables are rebuilt with another count
-        (README, "Storage and cost"), HEAD's rows sit in their old buckets: compared as they are, every
-        key whose bucket number changed would look created. So when the count the state names is not
-        the tables' (or a state from before it was kept names none), HEAD's rows are checked, moved to
-        their buckets if any is elsewhere (one rewrite of HEAD, one row per key), and every bucket is
+        (docs/features/versioned-entities.md, "Storage and cost"), HEAD's rows sit in their old
+        buckets: compared as they are, every key whose bucket number changed would look created. So
+        when the count the state names is not the tables' (or a state from before it was kept names
+        none), HEAD's rows are checked, moved to their buckets if any is elsewhere (one rewrite of HEAD, one row per key), and every bucket is
         compared again. Safe to interrupt: the state names the count only once HEAD follows it.
         """
         if count is None or state.get("buckets") == count:

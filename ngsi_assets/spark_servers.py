@@ -8,7 +8,7 @@
   workers, reached with ``NGSI_SPARK_MASTER=spark://host:port``.
 
 These build the command lines (``ngsi-assets spark ...`` runs them); what each server needs to run the
-platform's code is in the README ("Running on a Spark cluster or Spark Connect").
+platform's code is in docs/deployment.md ("Running on a Spark cluster or through Spark Connect").
 """
 
 from __future__ import annotations

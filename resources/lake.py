@@ -769,7 +769,7 @@ class LakeResource(ConfigurableResource):
     def exclusive(self, dataset: str, subfolder: str = "") -> Iterator[None]:
         """One writer of ``dataset`` (or of one subfolder of it) at a time, across processes: an
         exclusive ``flock`` on ``<dataset>[/<subfolder>]/.lock`` on a local lake. Object stores have no
-        lock: there, the asset's Dagster pool (named in the README) must be given a limit of 1."""
+        lock: there, the asset's Dagster pool (named in the docs of each feature) must be given a limit of 1."""
         uri = self.folder_uri(dataset, subfolder)
         if not is_local(uri):
             yield

@@ -157,7 +157,10 @@ def check_bucket_count(lake: LakeResource, buckets: int) -> None:
     whose every key fell below the new count (only possible with a handful of keys).
     """
     stored = stored_bucket_count(lake)
-    rebuild = '; set it back, or rebuild the entity tables with the new count (README, "Storage and cost")'
+    rebuild = (
+        "; set it back, or rebuild the entity tables with the new count "
+        '(docs/features/versioned-entities.md, "Storage and cost")'
+    )
     if stored is not None:
         if stored != buckets:
             raise BucketCountChanged(

@@ -4,7 +4,7 @@
 // `chmod` in a new process for every file and folder it creates (Shell.execCommand); a partitioned
 // write of a few hundred small files starts twice as many processes. This class keeps every other
 // behaviour of RawLocalFileSystem and sets the same mode bits with Files.setPosixFilePermissions.
-// Built and used by resources/local_fs.py; see README, "Starting the servers".
+// Built and used by resources/local_fs.py; see docs/deployment.md, "Starting the servers".
 package ngsiassets.fs;
 
 import java.io.IOException;

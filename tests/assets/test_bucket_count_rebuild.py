@@ -1,4 +1,5 @@
-"""The rebuild README's "Storage and cost" prescribes for a new bucket count, and the transaction history.
+"""The rebuild that docs/features/versioned-entities.md's "Storage and cost" prescribes for a new bucket
+count, and the transaction history.
 
 The history's HEAD is stored by versioned bucket. After the entity tables are rebuilt with another
 count, the keys sit in other buckets than HEAD has them in: the next transaction must find that
@@ -30,7 +31,8 @@ FIELDS = {
 }
 SCHEMA = schema_of({"entities": {"product": {"fields": FIELDS}, "override": {"fields": FIELDS}}})
 SKUS = [f"S{n:02d}" for n in range(24)]
-# What README's "Storage and cost" says to delete before a backfill with the new count.
+# What docs/features/versioned-entities.md ("Storage and cost") says to delete before a backfill with
+# the new count.
 ENTITY_TABLES = (
     "versioned_entities",
     "entity_records",
