@@ -390,8 +390,9 @@ class HistoryStore:
         (docs/features/versioned-entities.md, "Storage and cost"), HEAD's rows sit in their old
         buckets: compared as they are, every key whose bucket number changed would look created. So
         when the count the state names is not the tables' (or a state from before it was kept names
-        none), HEAD's rows are checked, moved to their buckets if any is elsewhere (one rewrite of HEAD, one row per key), and every bucket is
-        compared again. Safe to interrupt: the state names the count only once HEAD follows it.
+        none), HEAD's rows are checked, moved to their buckets if any is elsewhere (one rewrite of HEAD,
+        one row per key), and every bucket is compared again. Safe to interrupt: the state names the
+        count only once HEAD follows it.
         """
         if count is None or state.get("buckets") == count:
             return state
