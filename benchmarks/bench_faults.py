@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -109,8 +110,6 @@ class Platform:
         """SIGKILL a process group of the platform's, as a crash or an OOM kill does."""
         proc = self.procs[name]
         if proc.poll() is None:
-            import os
-
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
         if name == "daemon":  # its code server runs in a session of its own; the receiver shares its home
@@ -148,7 +147,7 @@ def start_platform(work: Path) -> Platform:
     return platform
 
 
-def inject(platform: Platform, fault: str, down_s: float) -> Callable[[], None]:
+def inject(platform: Platform, fault: str) -> Callable[[], None]:
     """Start ``fault``; returns what ends it (the server started again)."""
     server, _, how = fault.partition("-")
     if server in ("postgres", "mariadb"):
@@ -294,7 +293,7 @@ def run_faults(
         log(f"warm-up done: {len(obs.acks)} acknowledged, first last data after {recovery(obs, started)} s")
         for fault in faults:
             window = FaultWindow(fault, time.time(), 0.0)
-            restart = inject(platform, fault, down_s)
+            restart = inject(platform, fault)
             time.sleep(down_s if fault.endswith("-stop") else min(down_s, 10.0))
             restart()
             window.end = time.time()

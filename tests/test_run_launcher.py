@@ -57,6 +57,19 @@ def _wait(instance: DagsterInstance, run_id: str, timeout: float = TIMEOUT_S) ->
     raise AssertionError(f"run {run_id} not finished after {timeout} s: {instance.get_run_by_id(run_id).status}")
 
 
+def _sleeping_run(instance: DagsterInstance, tmp_path: Path) -> tuple[str, int]:
+    """A run of ``sleep_job`` (300 s) that has started its op: (its id, its process's pid)."""
+    started = tmp_path / "started"
+    run_id = _launch(
+        instance, jobs.sleep_job, {"ops": {"sleep_op": {"config": {"seconds": 300, "started": str(started)}}}}
+    )
+    deadline = time.monotonic() + TIMEOUT_S
+    while not started.exists():
+        assert time.monotonic() < deadline, "the run never started its op"
+        time.sleep(0.2)
+    return run_id, int(started.read_text())
+
+
 def _engine_messages(instance: DagsterInstance, run_id: str) -> list[str]:
     return [r.message or "" for r in instance.all_logs(run_id)]
 
@@ -111,15 +124,7 @@ def test_a_job_that_cannot_be_loaded_fails_the_run(instance: DagsterInstance) ->
 
 
 def test_terminate_cancels_a_running_run_from_another_launcher(instance: DagsterInstance, tmp_path: Path) -> None:
-    started = tmp_path / "started"
-    run_id = _launch(
-        instance, jobs.sleep_job, {"ops": {"sleep_op": {"config": {"seconds": 300, "started": str(started)}}}}
-    )
-    deadline = time.monotonic() + TIMEOUT_S
-    while not started.exists():
-        assert time.monotonic() < deadline, "the run never started its op"
-        time.sleep(0.2)
-    pid = int(started.read_text())
+    run_id, pid = _sleeping_run(instance, tmp_path)
     # Another process's launcher (the UI's, run monitoring's): no handle on the run's process.
     other = WarmRunLauncher()
     other.register_instance(instance)
@@ -213,15 +218,7 @@ def test_run_monitoring_fails_a_run_whose_process_is_gone(instance: DagsterInsta
     hold its lane for ever."""
     from dagster._core.launcher.base import WorkerStatus
 
-    started = tmp_path / "started"
-    run_id = _launch(
-        instance, jobs.sleep_job, {"ops": {"sleep_op": {"config": {"seconds": 300, "started": str(started)}}}}
-    )
-    deadline = time.monotonic() + TIMEOUT_S
-    while not started.exists():
-        assert time.monotonic() < deadline, "the run never started its op"
-        time.sleep(0.2)
-    pid = int(started.read_text())
+    run_id, pid = _sleeping_run(instance, tmp_path)
     other = WarmRunLauncher()  # run monitoring's, in another process: no handle on the run's process
     other.register_instance(instance)
     run = instance.get_run_by_id(run_id)
