@@ -140,6 +140,7 @@ def cpu_times() -> tuple[int, int]:
 class Observations:
     acks: dict[tuple[int, int], float] = field(default_factory=dict)  # (car, seq) -> time of the 201
     refused: int = 0
+    refused_at: list[float] = field(default_factory=list)  # when each refusal (or no answer) came
     visible: dict[int, list[tuple[float, int]]] = field(default_factory=dict)  # car -> (time, seq) changes
     queue: list[tuple[float, int, int]] = field(default_factory=list)  # (t, waiting, executing)
     cpu: list[tuple[float, float]] = field(default_factory=list)
@@ -178,8 +179,10 @@ def traffic(port: int, rate: float, seconds: float, cars: int, obs: Observations
                 obs.acks[(car, seq)] = time.time()
             else:
                 obs.refused += 1
+                obs.refused_at.append(time.time())
         except (OSError, http.client.HTTPException):
             obs.refused += 1
+            obs.refused_at.append(time.time())
             conn.close()
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         n += 1

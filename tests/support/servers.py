@@ -509,32 +509,35 @@ def start_secantus() -> ServerProcess:
         # ~/.secantus/ and /etc/secantus/, so nothing on the machine changes the test server.
         config = workdir / "secantusd.toml"
         config.write_text("")
-        with log_path.open("ab") as log:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "secantus",
-                    "--config",
-                    str(config),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--storage-path",
-                    str(workdir / "data"),
-                    "--cache-size",
-                    "128M",
-                    "--log-level",
-                    "WARNING",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=workdir,
-                process_group=0,
-            )
-        server = ServerProcess("SecantusDB", process, port, workdir, log_path)
+
+        def launch() -> subprocess.Popen[bytes]:
+            with log_path.open("ab") as log:
+                return subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "secantus",
+                        "--config",
+                        str(config),
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(port),
+                        "--storage-path",
+                        str(workdir / "data"),
+                        "--cache-size",
+                        "128M",
+                        "--log-level",
+                        "WARNING",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    cwd=workdir,
+                    process_group=0,
+                )
+
+        server = ServerProcess("SecantusDB", launch(), port, workdir, log_path, launch=launch)
 
         def probe() -> None:
             with pymongo.MongoClient(
