@@ -191,7 +191,8 @@ def fill_disk(disk: Path) -> Callable[[], None]:
     return filler.unlink
 
 
-def start_platform(work: Path, derived_interval_s: float) -> Platform:
+def start_platform(work: Path, derived_interval_s: float, landing_disk: bool) -> Platform:
+    """Start every server and process; with ``landing_disk``, the landing zone on a tmpfs of its own."""
     from tests.support.servers import (
         mongo_server_url,
         mysql_server_url,
@@ -229,7 +230,7 @@ def start_platform(work: Path, derived_interval_s: float) -> Platform:
             "NGSI_DERIVED_INTERVAL_S": f"{derived_interval_s:g}",
         },
     )
-    disk = mount_landing_disk(work)
+    disk = mount_landing_disk(work) if landing_disk else None
     platform = Platform(
         work, env, pg, my, pg_url, my_url, connect_port, free_port(), mongo_url, mongo, free_port(), disk
     )
@@ -372,6 +373,17 @@ def sth_account(obs: Observations, totals: dict[str, dict[int, tuple[int, float]
     return out
 
 
+def _headline(text: str) -> str:
+    """The line of an error's text that says what went wrong: its first, or for an error raised in a
+    Spark Python worker (whose first line is only the wrapper's class), the traceback's last."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return "(no message)"
+    if "Traceback (most recent call last):" in lines:
+        return f"{lines[0].split(':')[0].rsplit('.', 1)[-1]}: {lines[-1]}"
+    return lines[0]
+
+
 def failure_reasons(home: Path, since: float, until: float) -> list[str]:
     """The first line of each failed step's error, of the runs that failed in [since, until)."""
     from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
@@ -386,8 +398,7 @@ def failure_reasons(home: Path, since: float, until: float) -> list[str]:
                 while error is not None and error.cause is not None:  # the user code's own exception
                     error = error.cause
                 text = (error.message if error else event.message or "").strip()
-                first = text.splitlines()[0] if text else "(no message)"
-                reasons.append(f"{event.step_key}: {first[:110]}")
+                reasons.append(f"{event.step_key}: {_headline(text)[:110]}")
             if not instance.all_logs(record.dagster_run.run_id, of_type=DagsterEventType.STEP_FAILURE):
                 failure = instance.all_logs(record.dagster_run.run_id, of_type=DagsterEventType.RUN_FAILURE)
                 text = (failure[-1].message if failure else "") or "(no message)"
@@ -490,7 +501,7 @@ def run_faults(
 ) -> dict[str, Any]:  # fmt: skip
     """Start the platform in ``work``, run traffic through ``faults`` one after another, and account."""
     code = describe_code()  # the code measured, before anything is written
-    platform = start_platform(work, derived_interval_s)
+    platform = start_platform(work, derived_interval_s, landing_disk="disk-full" in faults)
     obs, raw_seen = Observations(), Observations()
     stop_traffic, stop_watch = threading.Event(), threading.Event()
     windows: list[FaultWindow] = []
