@@ -218,6 +218,12 @@ class MySQLResource(_SqlResource):
     time_zone: str = Field(
         default="+00:00", description="Session time_zone; an offset works without the server's tz tables."
     )
+    io_timeout_s: int = Field(
+        default=300,
+        ge=1,
+        description="Seconds one read or write may wait for the server: a frozen server or "
+        "a network partition ends in an error (retried as a table batch's failure), not in a run that never ends.",
+    )
 
     _schemes: ClassVar[tuple[str, ...]] = ("mysql", "mariadb")
     _default_port: ClassVar[int] = 3306
@@ -236,6 +242,8 @@ class MySQLResource(_SqlResource):
             "charset": "utf8mb4",
             "autocommit": False,
             "connect_timeout": self.connect_timeout_s,
+            "read_timeout": self.io_timeout_s,
+            "write_timeout": self.io_timeout_s,
             "init_command": f"SET time_zone = '{pymysql.converters.escape_string(self.time_zone)}'",
         }
 

@@ -77,9 +77,24 @@ def with_retries(
         time.sleep(policy.retry_interval_ms(attempt) / 1000)
 
 
-def connect(url: str, appname: str) -> MongoClient[dict[str, Any]]:
-    """A client for a sink's writes (dates come back timezone-aware)."""
-    return MongoClient(url, tz_aware=True, appname=appname, serverSelectionTimeoutMS=30_000)
+# How long one operation of a sink's write may wait for the server's reply (MongoResource's default):
+# a frozen server or a network partition then ends in NetworkTimeout, retried as any transient
+# error, rather than in a Spark task (and its run) that never ends. A bulk write of ``batch_size``
+# documents is answered in well under a second on a healthy server.
+SOCKET_TIMEOUT_MS = 300_000
+CONNECT_TIMEOUT_MS = 10_000
+
+
+def connect(url: str, appname: str, socket_timeout_ms: int = SOCKET_TIMEOUT_MS) -> MongoClient[dict[str, Any]]:
+    """A client for a sink's writes (dates come back timezone-aware), every wait bounded."""
+    return MongoClient(
+        url,
+        tz_aware=True,
+        appname=appname,
+        serverSelectionTimeoutMS=30_000,
+        connectTimeoutMS=CONNECT_TIMEOUT_MS,
+        socketTimeoutMS=socket_timeout_ms,
+    )
 
 
 def existing_collections(client: MongoClient, databases: Iterable[str]) -> set[tuple[str, str]]:

@@ -146,6 +146,17 @@ class ServerProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
 
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Stop the server's processes with SIGSTOP for the block, then let them go on: its connections
+        stay open and its kernel still acknowledges packets, but nothing answers, as with a hung server
+        or a network partition."""
+        os.killpg(self.process.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(self.process.pid, signal.SIGCONT)
+
     def start_again(self) -> None:
         """Start the server again on its data and port after ``halt``, and wait until it answers."""
         if self.launch is None or self.probe is None:
