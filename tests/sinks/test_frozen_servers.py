@@ -4,7 +4,8 @@ waits forever and holds its run STARTED.
 
 The servers here are the tests' own, whatever ``MYSQL_URL`` or ``MONGO_URL`` say: they are frozen
 with SIGSTOP (their connections stay open and the kernel still acknowledges packets, but nothing
-answers), which a shared server must not be. PostgreSQL is not here: libpq has no read timeout, so a
+answers), which a shared server must not be. MongoDB's bound (the sinks' ``socketTimeoutMS``) has
+no test here yet. PostgreSQL is not here: libpq has no read timeout, so a
 frozen PostgreSQL server holds a write until it answers again (see docs/operations.md).
 """
 
@@ -12,34 +13,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pymysql
 import pytest
 
-from ngsi_assets.sinks.mongo_bulk import MongoWriteError, connect, with_retries
 from resources.sql import MySQLResource
 from tests.support.servers import (
     ServerProcess,
-    mongo_server_url,
     mysql_server_url,
     start_mariadb,
-    start_secantus,
 )
 
 pytestmark = pytest.mark.integration
 
 # A guard against a regression that hangs, not a speed limit: the timeouts below are 2 s.
 HANG_GUARD_S = 120
-
-
-@dataclass
-class _Policy:
-    batch_ttl: int = 1
-
-    def retry_interval_ms(self, attempt: int) -> int:
-        return 100
 
 
 def outcome_within(call: Callable[[], Any]) -> BaseException | Any:
@@ -62,13 +51,6 @@ def outcome_within(call: Callable[[], Any]) -> BaseException | Any:
 @pytest.fixture(scope="module")
 def mariadb() -> Iterator[ServerProcess]:
     server = start_mariadb()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def secantus() -> Iterator[ServerProcess]:
-    server = start_secantus()
     yield server
     server.stop()
 
@@ -96,23 +78,3 @@ def test_the_mysql_timeout_is_a_parameter_with_a_bound_default() -> None:
     assert MySQLResource(url="mysql://u:p@h:3306/d").connect_kwargs()["read_timeout"] == 300
     with pytest.raises(ValueError, match="io_timeout_s"):
         MySQLResource(url="mysql://u:p@h:3306/d", io_timeout_s=0)
-
-
-def test_a_frozen_mongodb_server_ends_a_bulk_write_after_its_retries(secantus: ServerProcess) -> None:
-    with connect(mongo_server_url(secantus), "frozen-test", socket_timeout_ms=2000) as client:
-        coll = client["frozen_test"]["docs"]
-        coll.insert_one({"_id": "before"})
-        with secantus.frozen():
-            failed = outcome_within(
-                lambda: with_retries(
-                    lambda: coll.insert_many([{"_id": "during"}], ordered=False), "frozen_test.docs", _Policy()
-                )
-            )
-        assert isinstance(failed, MongoWriteError), failed
-        assert "frozen_test.docs" in str(failed) and "after 1 retries" in str(failed), failed
-        # Sent again once the server answers, the write lands (its _id makes a second landing harmless).
-        with_retries(
-            lambda: coll.insert_many([{"_id": "after"}], ordered=False), "frozen_test.docs", _Policy(batch_ttl=5)
-        )
-        assert {d["_id"] for d in coll.find({"_id": {"$in": ["before", "after"]}})} == {"before", "after"}
-        client.drop_database("frozen_test")
