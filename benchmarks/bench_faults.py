@@ -384,25 +384,27 @@ def _headline(text: str) -> str:
     return lines[0]
 
 
-def failure_reasons(home: Path, since: float, until: float) -> list[str]:
-    """The first line of each failed step's error, of the runs that failed in [since, until)."""
+def failure_reasons(home: Path) -> list[tuple[float, str]]:
+    """(end time, reason) of every failed run: each failed step's error headline, or the run's own."""
     from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 
-    reasons: list[str] = []
+    reasons: list[tuple[float, str]] = []
     with DagsterInstance.from_config(str(home)) as instance:
         for record in instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.FAILURE])):
-            if not (record.end_time and since <= record.end_time < until):
+            if not record.end_time:
                 continue
-            for event in instance.all_logs(record.dagster_run.run_id, of_type=DagsterEventType.STEP_FAILURE):
+            run_id = record.dagster_run.run_id
+            steps = instance.all_logs(run_id, of_type=DagsterEventType.STEP_FAILURE)
+            for event in steps:
                 error = event.dagster_event.step_failure_data.error if event.dagster_event else None
                 while error is not None and error.cause is not None:  # the user code's own exception
                     error = error.cause
                 text = (error.message if error else event.message or "").strip()
-                reasons.append(f"{event.step_key}: {_headline(text)[:110]}")
-            if not instance.all_logs(record.dagster_run.run_id, of_type=DagsterEventType.STEP_FAILURE):
-                failure = instance.all_logs(record.dagster_run.run_id, of_type=DagsterEventType.RUN_FAILURE)
+                reasons.append((record.end_time, f"{event.step_key}: {_headline(text)[:110]}"))
+            if not steps:
+                failure = instance.all_logs(run_id, of_type=DagsterEventType.RUN_FAILURE)
                 text = (failure[-1].message if failure else "") or "(no message)"
-                reasons.append(f"run: {text.strip().splitlines()[0][:110]}")
+                reasons.append((record.end_time, f"run: {text.strip().splitlines()[0][:110]}"))
     return reasons
 
 
@@ -553,6 +555,7 @@ def run_faults(
             watcher.join(timeout=30)
         stored = stored_notifications(platform)
         statuses = run_statuses(platform.home)
+        reasons = failure_reasons(platform.home)
         newest: dict[int, int] = {}
         for car, seq in obs.acks:
             newest[car] = max(seq, newest.get(car, 0))
@@ -573,7 +576,7 @@ def run_faults(
                 "failed_runs": sum(
                     1 for _, st, _, end in statuses if st == "FAILURE" and end and w.start <= end < until
                 ),
-                "failures": collections.Counter(failure_reasons(platform.home, w.start, until)).most_common(3),
+                "failures": collections.Counter(r for end, r in reasons if w.start <= end < until).most_common(3),
                 **account(obs, stored, w.start, until),
             }
 

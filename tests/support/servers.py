@@ -207,6 +207,20 @@ def _make_workdir(name: str, owner: str | None) -> Path:
     return workdir
 
 
+def _launch(cmd: list[str], log_path: Path, workdir: Path, **popen_kwargs: Any) -> subprocess.Popen[bytes]:
+    """Start a server process in a process group of its own, its output appended to ``log_path``."""
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=workdir,
+            process_group=0,
+            **popen_kwargs,
+        )
+
+
 def _run_setup_step(cmd: list[str], log_path: Path, what: str, **popen_kwargs: Any) -> None:
     with log_path.open("ab") as log:
         log.write(f"$ {' '.join(cmd)}\n".encode())
@@ -325,36 +339,32 @@ def start_postgres() -> ServerProcess:
             raise
 
         def launch() -> subprocess.Popen[bytes]:
-            with log_path.open("ab") as log:
-                return subprocess.Popen(
-                    [
-                        str(bindir / "postgres"),
-                        "-D",
-                        str(data),
-                        "-p",
-                        str(port),
-                        "-k",
-                        str(sockets),
-                        "-c",
-                        "listen_addresses=127.0.0.1",
-                        "-c",
-                        "fsync=off",
-                        "-c",
-                        "synchronous_commit=off",
-                        "-c",
-                        "full_page_writes=off",
-                        "-c",
-                        "max_connections=100",
-                        "-c",
-                        "timezone=UTC",
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    cwd=workdir,
-                    process_group=0,
-                    **as_user,
-                )
+            return _launch(
+                [
+                    str(bindir / "postgres"),
+                    "-D",
+                    str(data),
+                    "-p",
+                    str(port),
+                    "-k",
+                    str(sockets),
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "synchronous_commit=off",
+                    "-c",
+                    "full_page_writes=off",
+                    "-c",
+                    "max_connections=100",
+                    "-c",
+                    "timezone=UTC",
+                ],
+                log_path,
+                workdir,
+                **as_user,
+            )
 
         # SIGINT is PostgreSQL's "fast" shutdown: it does not wait for clients a test left open.
         server = ServerProcess(
@@ -452,27 +462,23 @@ def start_mariadb() -> ServerProcess:
             raise
 
         def launch() -> subprocess.Popen[bytes]:
-            with log_path.open("ab") as log:
-                return subprocess.Popen(
-                    [
-                        str(daemon),
-                        "--no-defaults",
-                        *user_opt,
-                        *common,
-                        f"--port={port}",
-                        "--bind-address=127.0.0.1",
-                        f"--socket={sock}",
-                        f"--pid-file={workdir / 'mariadbd.pid'}",
-                        f"--log-error={log_path}",
-                        "--skip-log-bin",
-                        "--default-time-zone=+00:00",
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    cwd=workdir,
-                    process_group=0,
-                )
+            return _launch(
+                [
+                    str(daemon),
+                    "--no-defaults",
+                    *user_opt,
+                    *common,
+                    f"--port={port}",
+                    "--bind-address=127.0.0.1",
+                    f"--socket={sock}",
+                    f"--pid-file={workdir / 'mariadbd.pid'}",
+                    f"--log-error={log_path}",
+                    "--skip-log-bin",
+                    "--default-time-zone=+00:00",
+                ],
+                log_path,
+                workdir,
+            )
 
         server = ServerProcess("MariaDB", launch(), port, workdir, log_path, launch=launch)
 
@@ -522,31 +528,27 @@ def start_secantus() -> ServerProcess:
         config.write_text("")
 
         def launch() -> subprocess.Popen[bytes]:
-            with log_path.open("ab") as log:
-                return subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "secantus",
-                        "--config",
-                        str(config),
-                        "--host",
-                        "127.0.0.1",
-                        "--port",
-                        str(port),
-                        "--storage-path",
-                        str(workdir / "data"),
-                        "--cache-size",
-                        "128M",
-                        "--log-level",
-                        "WARNING",
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    cwd=workdir,
-                    process_group=0,
-                )
+            return _launch(
+                [
+                    sys.executable,
+                    "-m",
+                    "secantus",
+                    "--config",
+                    str(config),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--storage-path",
+                    str(workdir / "data"),
+                    "--cache-size",
+                    "128M",
+                    "--log-level",
+                    "WARNING",
+                ],
+                log_path,
+                workdir,
+            )
 
         server = ServerProcess("SecantusDB", launch(), port, workdir, log_path, launch=launch)
 
