@@ -323,10 +323,13 @@ def plan_landing_runs(
             # 2 derived runs in 20 minutes at 100/s, at the start and after the traffic).
             if closed or (due and hour in requested_before):
                 tags = derived_run_tags(settings)
-                requests.append(LandingRequest(derived_job.name, hour, f"{hour}@derived:{digest}", tags))
                 # A run requested while increments of the hour are still open may start before they
-                # end: it covers them only partly, so the hour's closing run is still due.
-                derived[hour] = digest if closed else "~" + digest
+                # end: it covers them only partly ("~", and a run key of its own, so that the run asked
+                # for once they have ended is not taken for it and dropped as a repeated run key).
+                covers_all = closed or (hour not in todo and hour not in open_runs.ingest_hours)
+                state = digest if covers_all else "~" + digest
+                requests.append(LandingRequest(derived_job.name, hour, f"{hour}@derived:{state}", tags))
+                derived[hour] = state
                 derived_at[hour] = now.timestamp()
                 break
             if now >= _hour_end(hour):

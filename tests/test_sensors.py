@@ -187,6 +187,23 @@ def test_derived_runs_when_due_and_once_more_when_the_hour_closes() -> None:
     )
 
 
+def test_a_derived_run_asked_for_while_its_increment_runs_is_followed_by_one_covering_it() -> None:
+    """Traffic stops while an increment of the hour executes: the derived run asked for then covers it
+    only partly. Once the increment has ended, the next due tick asks for a run under another run key
+    (Dagster drops a request whose run key it has launched before), and after that nothing more."""
+    a = _seg(0, "a", 10)
+    t = BASE + timedelta(minutes=10)
+    _, cursor = _plan([a], now=t)  # the increment
+    busy = OpenRuns(ingest_hours=frozenset({_key(0)}))
+    (partial,), cursor = _plan([a], cursor, now=t + timedelta(seconds=10), open_runs=busy)
+    assert partial.job_name == "ngsi_derived_job"
+    (full,), cursor = _plan([a], cursor, now=t + timedelta(seconds=10 + SETTINGS.derived_interval_s))
+    assert full.job_name == "ngsi_derived_job"
+    assert full.run_key != partial.run_key
+    assert _plan([a], cursor, now=t + timedelta(minutes=40))[0] == []
+    assert _plan([a], cursor, now=BASE + timedelta(hours=3))[0] == []
+
+
 def test_steady_traffic_gets_its_derived_runs_beside_the_increments() -> None:
     """Every tick has new data and asks for an increment (each one done before the next tick): the
     hour's derived runs still come, once per interval, in the ticks of later increments."""
