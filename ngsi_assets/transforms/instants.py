@@ -22,6 +22,8 @@ above, or an epoch number as Cygnus accepts it: milliseconds, or seconds when it
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StringType, StructField, StructType
@@ -48,48 +50,58 @@ _MD_ARRAY = ArrayType(
 )
 
 
-def _part(text: Column, group: int) -> Column:
-    """Group ``group`` of whichever of the two forms matched ("" when it did not take part)."""
-    return F.concat(F.regexp_extract(text, ISO8601, group), F.regexp_extract(text, ISO8601, group + _GROUPS))
+# One regexp_replace rewrites a matching text as its groups joined by "|" (a group of the form that
+# did not match, or an absent one, is empty): every field from one evaluation of the pattern, where a
+# regexp_extract per field evaluated it 16 times a value (BENCHMARKS.md, "Findings behind the defaults").
+_FIELDS = "|".join(f"${g}${g + _GROUPS}" for g in range(1, _GROUPS + 1))
+
+
+def let(value: Column, body: Callable[[Column], Column]) -> Column:
+    """``body(value)`` with ``value`` evaluated once per row however often ``body`` uses it (a lambda
+    variable). Spark's subexpression elimination does not reach into conditional branches, where the
+    callers' instants sit (``when``/``coalesce``)."""
+    return F.get(F.transform(F.array(value), body), 0)
 
 
 def _int(text: Column, default: int = 0) -> Column:
     return F.when(text == "", F.lit(default)).otherwise(text.try_cast("int"))
 
 
-def iso8601_ns(raw: Column) -> Column:
-    """Epoch nanoseconds (long) of an ISO 8601 date-time in any form listed in the module doc, else null."""
-    text = F.trim(raw)
-    fraction = _part(text, 7)
-    offset = F.upper(_part(text, 8))
+def _instant_ns(text: Column, fields: Column) -> Column:
+    def part(group: int) -> Column:
+        return F.get(fields, group - 1)
+
+    fraction = part(7)
+    offset = F.upper(part(8))
     # Spark's time zone ids take "+02:00": normalize +02, +0200 and +02:00 to it, Z to UTC.
     sign, hours = F.substring(offset, 1, 1), F.substring(offset, 2, 2)
-    minutes = F.regexp_extract(offset, r"(\d{2})$", 1)
+    minutes = F.substring(offset, -2, 2)
     zone = (
         F.when(offset.isin("", "Z"), F.lit("UTC"))
         .when(F.length(offset) == 3, F.concat(sign, hours, F.lit(":00")))
         .otherwise(F.concat(sign, hours, F.lit(":"), minutes))
     )
+    hour, minute, second = _int(part(4)), _int(part(5)), _int(part(6))
     local = F.try_make_timestamp(
-        _int(_part(text, 1)),
-        _int(_part(text, 2)),
-        _int(_part(text, 3)),
-        _int(_part(text, 4)),
-        _int(_part(text, 5)),
-        _int(_part(text, 6)).cast("decimal(16,6)"),
-        zone,
+        _int(part(1)), _int(part(2)), _int(part(3)), hour, minute, second.cast("decimal(16,6)"), zone
     )
     seconds = F.unix_seconds(local)
     nanos = F.when(fraction == "", F.lit(0)).otherwise(F.rpad(fraction, 9, "0").try_cast("long"))
-    # Hours 24 and seconds 60 are turned away before make_timestamp can roll them over.
-    valid = (
-        text.rlike(ISO8601)
-        & (_int(_part(text, 4)) < 24)
-        & (_int(_part(text, 6)) < 60)
-        & (_int(_part(text, 5)) < 60)
-        & (F.abs(seconds) <= _MAX_SECONDS)
-    )
+    # A text the pattern does not match is left as it is: one field, or as many as it has "|" (which
+    # no match holds). Hours 24 and seconds 60 are turned away before make_timestamp can roll them over.
+    matched = (F.size(fields) == _GROUPS) & ~text.contains("|")
+    valid = matched & (hour < 24) & (second < 60) & (minute < 60) & (F.abs(seconds) <= _MAX_SECONDS)
     return F.when(F.coalesce(valid, F.lit(False)), seconds * F.lit(_NS) + nanos).cast("long")
+
+
+def iso8601_ns(raw: Column) -> Column:
+    """Epoch nanoseconds (long) of an ISO 8601 date-time in any form listed in the module doc, else null."""
+    return let(
+        F.trim(raw),
+        lambda text: let(
+            F.split(F.regexp_replace(text, ISO8601, _FIELDS), r"\|"), lambda fields: _instant_ns(text, fields)
+        ),
+    )
 
 
 def _metadata_instant_us(raw: Column) -> Column:
@@ -108,9 +120,11 @@ def metadata_instant_ms(raw: Column) -> Column:
 
 def metadata_instant(raw: Column) -> Column:
     """A ``TimeInstant`` metadata value as a Spark timestamp (microseconds), else null."""
-    us = _metadata_instant_us(raw)
     # timestamp_micros throws on overflow under ANSI: epoch numbers may lie beyond year 294247.
-    return F.when(F.abs(us) <= F.lit(_MAX_SECONDS * 1_000_000), F.timestamp_micros(us.cast("long")))
+    return let(
+        _metadata_instant_us(raw),
+        lambda us: F.when(F.abs(us) <= F.lit(_MAX_SECONDS * 1_000_000), F.timestamp_micros(us.cast("long"))),
+    )
 
 
 def time_instant_metadata(attr_md: Column | None = None) -> Column:
@@ -121,5 +135,4 @@ def time_instant_metadata(attr_md: Column | None = None) -> Column:
 
 def time_instant_fallback() -> Column:
     """True for an event whose ``TimeInstant`` metadata is present but not an instant the platform reads."""
-    value = time_instant_metadata()
-    return value.isNotNull() & metadata_instant_ms(value).isNull()
+    return let(time_instant_metadata(), lambda value: value.isNotNull() & metadata_instant_ms(value).isNull())

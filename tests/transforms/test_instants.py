@@ -65,6 +65,8 @@ def test_iso8601_forms_read_as_one_instant(spark: SparkSession, text: str, ns: i
         "+12015-04-21T00:00:00Z",
         "1500-01-01T00:00:00Z",  # before 64-bit nanoseconds reach
         "2300-01-01T00:00:00Z",  # after
+        "2015|04|21|00|15|33|834|Z",  # the fields of an instant, as they are split internally
+        "2015-04-21T00:15:33Z|",
         "2015-04-21T00:00:00ZZ",
         None,
     ],
