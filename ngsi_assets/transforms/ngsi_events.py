@@ -161,8 +161,12 @@ def to_ngsi_events(message_store: DataFrame) -> DataFrame:
         F.col("_dateModified").try_cast("timestamp"),
         recv_ts,
     ]
+    # Each candidate evaluated once: the time index and its source both test them, in branches that
+    # Spark's subexpression elimination does not reach (the TimeInstant metadata is a regex parse).
+    attrs = attrs.withColumn("_times", F.array(*candidates[:-1]))
+    times = [F.col("_times")[i] for i in range(len(candidates) - 1)]
     source = F.lit(PREFERENCE[-1].value)
-    for cand, name in reversed(list(zip(candidates[:-1], PREFERENCE[:-1], strict=True))):
+    for cand, name in reversed(list(zip(times, PREFERENCE[:-1], strict=True))):
         source = F.when(cand.isNotNull(), F.lit(name.value)).otherwise(source)
     events = attrs.select(
         F.col("recv_ms").alias("recvTimeTs"),
@@ -176,7 +180,7 @@ def to_ngsi_events(message_store: DataFrame) -> DataFrame:
         attr_value.alias("attrValue"),
         F.coalesce(attr_md, F.lit("[]")).alias("attrMd"),
         F.when(is_ld, F.col("_m")[LD_DATASET_ID]).alias("datasetId"),
-        F.coalesce(*candidates).alias("timeIndex"),
+        F.coalesce(*times, recv_ts).alias("timeIndex"),
         source.alias("timeIndexSource"),
         F.col("alterationType"),
         F.col("message_identifier").alias("messageId"),

@@ -196,7 +196,6 @@ def classify_events(events: DataFrame, config: STHConfig) -> DataFrame:
     name_cols = ["fiwareService", "fiwareServicePath", "entityId", "_nameType", "attrName"]
     events = events.withColumn("_nameType", F.coalesce(F.col("entityType"), F.lit("")))
     names = events.select(*name_cols).distinct().withColumn("_names", names_udf(config)(*[F.col(c) for c in name_cols]))
-    named = events.join(names, name_cols, "left")
     value = F.col("attrValue")
     as_double = value.try_cast("double")
     numeric = (
@@ -207,6 +206,15 @@ def classify_events(events: DataFrame, config: STHConfig) -> DataFrame:
     )
     white = value.rlike(WHITE_SPACE_PATTERN) if config.ignore_white_spaces else F.lit(False)
     deleted = F.col("alterationType").eqNullSafe(F.lit(ENTITY_DELETE))
+    # The tests each evaluated once (they are read in several branches below, which Spark's
+    # subexpression elimination does not reach).
+    named = events.join(names, name_cols, "left").select(
+        "*",
+        F.when(numeric, as_double).alias("_double"),
+        white.alias("_white"),
+        deleted.alias("_deleted"),
+    )
+    numeric, white, deleted = F.col("_double").isNotNull(), F.col("_white"), F.col("_deleted")
     reason = (
         F.when(deleted, F.lit(REASON_DELETE))
         .when(value.isNull(), F.lit(REASON_NULL))
@@ -214,9 +222,10 @@ def classify_events(events: DataFrame, config: STHConfig) -> DataFrame:
         .when(F.col("_names.error").isNotNull(), F.col("_names.error"))
         .when(~numeric & (F.instr(value, "\x00") > 0), F.lit(REASON_NUL_VALUE))
     )
+    named = named.withColumn("reason", reason)
     status = (
         F.when(deleted | value.isNull() | white, F.lit(STATUS_SKIPPED))
-        .when(reason.isNotNull(), F.lit(STATUS_REJECTED))
+        .when(F.col("reason").isNotNull(), F.lit(STATUS_REJECTED))
         .otherwise(F.lit(STATUS_SAMPLE))
     )
     model = config.data_model
@@ -229,10 +238,10 @@ def classify_events(events: DataFrame, config: STHConfig) -> DataFrame:
     return named.select(
         *[c for c in events.columns if c != "_nameType"],
         status.alias("status"),
-        reason.alias("reason"),
+        F.col("reason"),
         F.coalesce(time_instant_ms(), F.col("recvTimeTs")).alias("timeMs"),
         # + 0.0 turns -0.0 into 0.0, so min/max never depend on which zero came first.
-        F.when(numeric, as_double + F.lit(0.0)).alias("numValue"),
+        (F.col("_double") + F.lit(0.0)).alias("numValue"),
         F.when(~numeric, occur_key).alias("occurKey"),
         F.col("_names.database").alias("database"),
         F.col("_names.collection").alias("collection"),
