@@ -129,7 +129,8 @@ def rendered(draw: st.DrawFn) -> tuple[str, int]:
     if isinstance(precision, int):
         clock += draw(st.sampled_from([".", ","])) + f"{frac:09d}"[:precision]
     if offset_min == 0:
-        zone = draw(st.sampled_from(["Z", "+00:00", "" if not basic else "Z", "+0000", "+00"]))
+        # The basic format's offsets are basic too (as for the other offsets below).
+        zone = draw(st.sampled_from(["Z", "+0000", "+00"] if basic else ["Z", "+00:00", "", "+0000", "+00"]))
     else:
         sign = "+" if offset_min > 0 else "-"
         h, m = divmod(abs(offset_min), 60)
