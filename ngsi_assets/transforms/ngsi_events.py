@@ -159,12 +159,11 @@ def to_ngsi_events(message_store: DataFrame) -> DataFrame:
         metadata_instant(F.col("_n.metadata")[MD_TIME_INSTANT]["value"]),
         F.col("_m")[LD_OBSERVED_AT].try_cast("timestamp"),
         F.col("_dateModified").try_cast("timestamp"),
-        recv_ts,
     ]
     # Each candidate evaluated once: the time index and its source both test them, in branches that
     # Spark's subexpression elimination does not reach (the TimeInstant metadata is a regex parse).
-    attrs = attrs.withColumn("_times", F.array(*candidates[:-1]))
-    times = [F.col("_times")[i] for i in range(len(candidates) - 1)]
+    attrs = attrs.withColumn("_times", F.array(*candidates))
+    times = [F.col("_times")[i] for i in range(len(candidates))]
     source = F.lit(PREFERENCE[-1].value)
     for cand, name in reversed(list(zip(times, PREFERENCE[:-1], strict=True))):
         source = F.when(cand.isNotNull(), F.lit(name.value)).otherwise(source)

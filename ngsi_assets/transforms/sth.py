@@ -206,15 +206,14 @@ def classify_events(events: DataFrame, config: STHConfig) -> DataFrame:
     )
     white = value.rlike(WHITE_SPACE_PATTERN) if config.ignore_white_spaces else F.lit(False)
     deleted = F.col("alterationType").eqNullSafe(F.lit(ENTITY_DELETE))
-    # The tests each evaluated once (they are read in several branches below, which Spark's
+    # The value's tests evaluated once (they are read in several branches below, which Spark's
     # subexpression elimination does not reach).
     named = events.join(names, name_cols, "left").select(
         "*",
         F.when(numeric, as_double).alias("_double"),
         white.alias("_white"),
-        deleted.alias("_deleted"),
     )
-    numeric, white, deleted = F.col("_double").isNotNull(), F.col("_white"), F.col("_deleted")
+    numeric, white = F.col("_double").isNotNull(), F.col("_white")
     reason = (
         F.when(deleted, F.lit(REASON_DELETE))
         .when(value.isNull(), F.lit(REASON_NULL))
