@@ -22,6 +22,7 @@ rebuild, and rows live in hash buckets of the guid: a run rewrites only the buck
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections.abc import Iterator, Sequence
@@ -69,7 +70,6 @@ from ngsi_assets.ngsi.versioning import (
     Version,
     fold_key,
     provenance_from_json,
-    provenance_json,
 )
 from ngsi_assets.transforms.conversions import convert_value, typed_column
 from ngsi_assets.transforms.partitioning import cluster_by
@@ -828,11 +828,57 @@ def refresh_deletes(keys: DataFrame, refreshes: DataFrame, records: DataFrame) -
 # Step 4: the fold
 
 
+def _map_column(column: pa.Array) -> list[dict]:
+    """A map<string, *> Arrow column as one dict per row (a null map: empty), read through its flat
+    keys and items: faster than ``to_pylist``, which builds a tuple per entry."""
+    keys, items, offsets = column.keys.to_pylist(), column.items.to_pylist(), column.offsets.to_pylist()
+    return [dict(zip(keys[a:b], items[a:b], strict=True)) for a, b in itertools.pairwise(offsets)]
+
+
+def _map_array(rows: list[dict], type_: pa.MapType) -> pa.Array:
+    """Dicts as a map Arrow column, built from flat keys and items (``_map_column``'s inverse)."""
+    offsets, keys, items = [0], [], []
+    for row in rows:
+        keys += row.keys()
+        items += row.values()
+        offsets.append(len(keys))
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()), pa.array(keys, type_.key_type), pa.array(items, type_.item_type), type=type_
+    )
+
+
+class _ProvenanceText:
+    """``provenance_json`` as compact JSON text (``json.dumps`` with no spaces, byte for byte), each
+    field's entry encoded once: a key's versions repeat most entries of the version before."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, tuple[str, int]], str] = {}
+
+    def _entry(self, name: str, entry: tuple[str, int]) -> str:
+        key = (name, entry)
+        text = self._entries.get(key)
+        if text is None:
+            if len(self._entries) > 262_144:
+                self._entries.clear()
+            message, priority = entry
+            text = self._entries[key] = f'{json.dumps(name)}:{{"m":{json.dumps(message)},"p":{int(priority)}}}'
+        return text
+
+    def __call__(self, provenance: dict[str, tuple[str, int]]) -> str:
+        entry = self._entry
+        parts = [entry(GUID_FIELD, provenance[GUID_FIELD])] if GUID_FIELD in provenance else []
+        parts += [entry(n, provenance[n]) for n in sorted(provenance) if n != GUID_FIELD]
+        return "{" + ",".join(parts) + "}"
+
+
 def _fold_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: rows sorted by (guid, effective order) within the partition -> versions.
 
-    A row with op ``START`` (``fold_starts``) is a key's latest version, which the fold goes on from."""
-    out: list[dict] = []
+    A row with op ``START`` (``fold_starts``) is a key's latest version, which the fold goes on from.
+    Columns are read and written whole (not row by row), and times stay integers (microseconds):
+    the fold only compares them."""
+    out: dict[str, list] = {f.name: [] for f in _ARROW_VERSIONS}
+    provenance_text = _ProvenanceText()
     group: list[Record] = []
     start: Version | None = None
     where: tuple[str, str, int] | None = None  # the key's (guid, entity, bucket)
@@ -841,67 +887,85 @@ def _fold_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
         assert where is not None
         _, entity, bucket = where
         for v in fold_key(group, start):
-            out.append(
-                {
-                    "entity": entity,
-                    "guid": v.guid,
-                    "valid_from": v.valid_from,
-                    "valid_to": v.valid_to,
-                    "deleted": v.deleted,
-                    "fields": list(v.fields.items()),
-                    "provenance": json.dumps(provenance_json(v.provenance), separators=(",", ":")),
-                    "source_message": v.source_message,
-                    "bucket": bucket,
-                }
-            )
+            out["entity"].append(entity)
+            out["guid"].append(v.guid)
+            out["valid_from"].append(v.valid_from)
+            out["valid_to"].append(v.valid_to)
+            out["deleted"].append(v.deleted)
+            out["fields"].append(v.fields)
+            out["provenance"].append(provenance_text(v.provenance))
+            out["source_message"].append(v.source_message)
+            out["bucket"].append(bucket)
+
+    def emit() -> pa.RecordBatch:
+        batch = pa.RecordBatch.from_arrays(
+            [
+                _map_array(out[f.name], f.type) if f.name == "fields" else pa.array(out[f.name], type=f.type)
+                for f in _ARROW_VERSIONS
+            ],
+            schema=_ARROW_VERSIONS,
+        )
+        for column in out.values():
+            column.clear()
+        return batch
 
     for batch in batches:
-        for row in batch.to_pylist():
-            if where is not None and row["guid"] != where[0]:
+        col = batch.column
+        guids, entities, buckets = col("guid").to_pylist(), col("entity").to_pylist(), col("bucket").to_pylist()
+        effective = col("effective_ts").cast(_MICROS).cast(pa.int64()).to_pylist()
+        messages, seqs = col("message_identifier").to_pylist(), col("record_seq").to_pylist()
+        ops = col("op").to_pylist()
+        priorities, key_fields = col("priority").to_pylist(), col("key_fields").to_pylist()
+        fields, field_priority = _map_column(col("fields")), _map_column(col("field_priority"))
+        starts = col("start_provenance")
+        start_provenance = starts.to_pylist() if starts.null_count < len(starts) else None
+        start_deleted = col("start_deleted").to_pylist() if start_provenance is not None else None
+        for i, guid in enumerate(guids):
+            if where is not None and guid != where[0]:
                 flush()
                 group, start = [], None
-                if len(out) >= 4096:
-                    yield pa.RecordBatch.from_pylist(out, schema=_ARROW_VERSIONS)
-                    out = []
-            where = (row["guid"], row["entity"], row["bucket"])
-            if row["op"] == START:
-                provenance = provenance_from_json(row["start_provenance"])
-                fields = dict(row["fields"] or ())
+                if len(out["guid"]) >= 4096:
+                    yield emit()
+            where = (guid, entities[i], buckets[i])
+            if ops[i] == START:
+                assert start_provenance is not None and start_deleted is not None
+                provenance = provenance_from_json(start_provenance[i])
                 start = Version(
-                    guid=row["guid"],
-                    valid_from=row["effective_ts"],
+                    guid=guid,
+                    valid_from=effective[i],
                     valid_to=None,
-                    deleted=bool(row["start_deleted"]),
-                    fields={n: fields.get(n) for n in sorted(provenance) if n != GUID_FIELD},
+                    deleted=bool(start_deleted[i]),
+                    fields={n: fields[i].get(n) for n in sorted(provenance) if n != GUID_FIELD},
                     provenance=provenance,
-                    source_message=row["message_identifier"],
+                    source_message=messages[i],
                 )
                 continue
             group.append(
                 Record(
-                    guid=row["guid"],
-                    effective=row["effective_ts"],
-                    message=row["message_identifier"],
-                    seq=row["record_seq"],
-                    op=row["op"],
-                    priority=row["priority"],
-                    fields=dict(row["fields"] or ()),
-                    field_priority=dict(row["field_priority"] or ()),
-                    key_fields=row["key_fields"] or (),
+                    guid=guid,
+                    effective=effective[i],
+                    message=messages[i],
+                    seq=seqs[i],
+                    op=ops[i],
+                    priority=priorities[i],
+                    fields=fields[i],
+                    field_priority=field_priority[i],
+                    key_fields=key_fields[i] or (),
                 )
             )
     if where is not None:
         flush()
-    if out:
-        yield pa.RecordBatch.from_pylist(out, schema=_ARROW_VERSIONS)
+    if out["guid"]:
+        yield emit()
 
 
+_MICROS = pa.timestamp("us", tz="UTC")
 _ARROW_VERSIONS = pa.schema(
     [
         pa.field("entity", pa.string(), False),
         pa.field("guid", pa.string(), False),
-        pa.field("valid_from", pa.timestamp("us", tz="UTC"), False),
-        pa.field("valid_to", pa.timestamp("us", tz="UTC")),
+        pa.field("valid_from", _MICROS, False),
+        pa.field("valid_to", _MICROS),
         pa.field("deleted", pa.bool_(), False),
         pa.field("fields", pa.map_(pa.string(), pa.string())),
         pa.field("provenance", pa.string(), False),
