@@ -51,13 +51,14 @@ from ngsi_assets.transforms.sth import (
     narrowing_values,
     receive_parts,
     rollup_rows,
+    sth_name_lookup,
     sth_partials,
     sth_rejects,
     unaccounted_points,
     unaccounted_samples,
     with_tombstones,
 )
-from resources.lake import FolderAdd, FolderWrite, LakeResource, key_to_dt
+from resources.lake import PARTITION_COLUMN, FolderAdd, FolderWrite, LakeResource, key_to_dt
 from resources.mongo import MongoResource, with_server_limit
 from resources.parallel import results, side_by_side
 from resources.spark import collect_small, computed_once, row_count
@@ -76,10 +77,16 @@ REJECTS = "sth_rejects"
 EXAMPLES = 5
 # Collections listed one by one in the metadata; the rest are summed up.
 MAX_LISTED_COLLECTIONS = 50
+# Naming lookups (one row per entity attribute of a run) up to this many rows are broadcast: about
+# 300 bytes a row.
+MAX_BROADCAST_NAMES = 200_000
 
 
-def _update_rollups(session: SparkSession, lake: LakeResource, keys: list[str], run_partials: DataFrame) -> list[str]:
-    """Bring the rollups of the run's hours up to date; the buckets written.
+def _update_rollups(
+    session: SparkSession, lake: LakeResource, keys: list[str], run_partials: DataFrame
+) -> tuple[list[str], bool]:
+    """Bring the rollups of the run's hours up to date; the buckets written, and whether the rollups
+    now hold the run's hours and nothing else (built anew from partials of those hours only).
 
     Each bucket the hours touch is rewritten with its rows of other receive hours and days kept
     and the run's own replaced (the partials' empty rows keep every slot an hour ever had among
@@ -90,6 +97,7 @@ def _update_rollups(session: SparkSession, lake: LakeResource, keys: list[str], 
     """
     complete = lake.read_dataset_file(ROLLUPS, ROLLUPS_COMPLETE) is not None
     dts = sorted(key_to_dt(k) for k in keys)
+    only_the_run = not complete and set(lake.folder_values(PARTIALS, PARTITION_COLUMN)) <= set(dts)
     if complete:
         day_keys = sorted({f"{dt[:10]}-{h:02d}:00" for dt in dts for h in range(24)})
         rows = rollup_rows(run_partials, lake.read(session, PARTIALS, STH_PARTIALS, day_keys))
@@ -110,7 +118,7 @@ def _update_rollups(session: SparkSession, lake: LakeResource, keys: list[str], 
         rows.unpersist()
     if not complete:
         lake.write_dataset_file(ROLLUPS, ROLLUPS_COMPLETE, json.dumps({"format": 1}))
-    return buckets
+    return buckets, only_the_run
 
 
 def _batch_prefix(batch: str) -> str:
@@ -292,8 +300,12 @@ def _materialize(
         _drop_unfinished_rollups(session, lake, keys[0], plan)
         plan.drop_unfinished_batches(lake, (PARTIALS, REJECTS))
     events = plan.read(lake, session, "ngsi_events", NGSI_EVENTS)
+    # The naming lookup first: one row per entity attribute, sent whole to the tasks that read the
+    # events when small (else the events would be shuffled and sorted to meet it, every one of them).
+    (names,) = computed_once(sth_name_lookup(events, config))
+    small = int(collect_small(n=row_count(names))["n"][0]["n"]) <= MAX_BROADCAST_NAMES
     # Three consumers (rejects, partials, counts): classify (and name) each event once.
-    (classified,) = computed_once(classify_events(events, config))
+    (classified,) = computed_once(classify_events(events, config, F.broadcast(names) if small else names))
     deletes = F.when(F.col("reason") == REASON_DELETE, F.lit("delete")).otherwise(F.col("status"))
     by_status = {r["fate"]: int(r["count"]) for r in classified.groupBy(deletes.alias("fate")).count().collect()}
     partials = sth_partials(classified, config.resolutions)
@@ -325,23 +337,27 @@ def _materialize(
             ]
         )
     # The documents the new partials touch (a batch's own, or the hours' with their tombstones).
-    narrowing = None
+    narrowing, every_document = None, False
     if batch is not None and lake.read_dataset_file(ROLLUPS, ROLLUPS_COMPLETE) is not None:
         new_partials = lake.read_increment(session, PARTIALS, STH_PARTIALS, keys[0], batch)
         rollups_built, narrowing = _add_batch_rollups(session, lake, batch, new_partials)
     else:
         run_partials = lake.read(session, PARTIALS, STH_PARTIALS, keys)
-        rollups_built = _update_rollups(session, lake, keys, run_partials)
+        rollups_built, only_the_run = _update_rollups(session, lake, keys, run_partials)
+        # Rollups of the run's hours alone (a first build, a rebuild from scratch): every document in
+        # them is one the run touched, and no join is needed to find them.
+        every_document = only_the_run and batch is None
         new_partials = (
             run_partials if batch is None else lake.read_increment(session, PARTIALS, STH_PARTIALS, keys[0], batch)
         )
-    touched = new_partials.select(*DOC_COLUMNS).distinct()
     stored = lake.read_folders(session, ROLLUPS, "bucket", rollups_built, schema=STH_ROLLUPS)
     if stored is None:
         stored = session.createDataFrame([], STH_ROLLUPS)
     elif narrowing is not None:
         stored = stored.where(narrowing)
-    documents = build_documents(documents_of(stored, touched), config, int(now.timestamp() * 1000), order="part")
+    if not every_document:
+        stored = documents_of(stored, new_partials.select(*DOC_COLUMNS).distinct())
+    documents = build_documents(stored, config, int(now.timestamp() * 1000), order="part")
     (documents,) = computed_once(documents)
     both = Resolution.DAY in config.resolutions and Resolution.HOUR in config.resolutions
     by_database_action, checks = _find(documents, both)

@@ -186,16 +186,36 @@ def names_udf(config: STHConfig, *, aggregated: bool = True):  # noqa: ANN201 (a
     return names
 
 
-def classify_events(events: DataFrame, config: STHConfig) -> DataFrame:
+_NAME_COLUMNS = ("fiwareService", "fiwareServicePath", "entityId", "_nameType", "attrName")
+
+
+def _with_name_type(events: DataFrame) -> DataFrame:
+    return events.withColumn("_nameType", F.coalesce(F.col("entityType"), F.lit("")))
+
+
+def sth_name_lookup(events: DataFrame, config: STHConfig) -> DataFrame:
+    """One row per distinct (service, service path, entity id, type, attribute) of ``events`` with its
+    ``_names`` (database, collection, error) under ``config``: the lookup ``classify_events`` joins.
+    Its rows follow the entities and attributes, not the events."""
+    keys = _with_name_type(events).select(*_NAME_COLUMNS).distinct()
+    return keys.withColumn("_names", names_udf(config)(*[F.col(c) for c in _NAME_COLUMNS]))
+
+
+def classify_events(events: DataFrame, config: STHConfig, names: DataFrame | None = None) -> DataFrame:
     """One row per NGSI event with its STH fate: ``status`` sample, skipped or rejected, and ``reason``.
 
     Samples carry the STH time ``timeMs`` (TimeInstant metadata of the attribute, else recvTime),
     ``numValue`` (numeric samples) or ``occurKey`` (string samples, '$' and '.' escaped), and the
     document identity columns (database, collection, and the _id fields of the data model).
+
+    ``names``: ``sth_name_lookup`` of these events (or more), computed beforehand; a caller that knows it is
+    small marks it for broadcast, and the events are then named where they are read, not shuffled to
+    meet it. None: computed here, and joined as Spark plans it.
     """
-    name_cols = ["fiwareService", "fiwareServicePath", "entityId", "_nameType", "attrName"]
-    events = events.withColumn("_nameType", F.coalesce(F.col("entityType"), F.lit("")))
-    names = events.select(*name_cols).distinct().withColumn("_names", names_udf(config)(*[F.col(c) for c in name_cols]))
+    name_cols = list(_NAME_COLUMNS)
+    events = _with_name_type(events)
+    if names is None:
+        names = sth_name_lookup(events, config)
     value = F.col("attrValue")
     as_double = value.try_cast("double")
     numeric = (
