@@ -35,7 +35,13 @@ from ngsi_assets.increments import (
 from ngsi_assets.ngsi.constants import MessageStatus
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.transforms.instants import time_instant_fallback
-from ngsi_assets.transforms.message_store import build_message_store, find_duplicates, parse_landing_lines
+from ngsi_assets.transforms.message_store import (
+    build_message_store,
+    duplicate_guids,
+    guid_heads,
+    head_scan,
+    head_totals,
+)
 from ngsi_assets.transforms.ngsi_events import ngsi_event_rejects, ngsi_messages, to_ngsi_events
 from ngsi_assets.transforms.plans import first_rows
 from ngsi_assets.transforms.schemas import MESSAGE_STORE, NGSI_EVENT_REJECTS, NGSI_EVENTS
@@ -76,26 +82,24 @@ def _breakdown(counts: Sequence[Row], *columns: str) -> dict[str, dict[str, int]
     return out
 
 
-def _count_lines(lines: DataFrame) -> tuple[int, bool]:
-    """How many landing lines, and whether any carries a guid (most notifications do not): one Spark job."""
-    row = (
-        parse_landing_lines(lines)
-        .agg(F.count("*").alias("n"), F.max(F.col("guid").isNotNull().cast("int")).alias("guids"))
-        .first()
-    )
-    return int(row["n"]), bool(row["guids"])
+def _scan_heads(lines: DataFrame) -> tuple[int, DataFrame | None]:
+    """How many landing lines, and the heads of those that carry a guid (kept; None when none does, as
+    for most notifications): one pass over the lines, one job for the totals."""
+    (scan,) = computed_once(head_scan(lines))
+    totals = collect_small(t=head_totals(scan))["t"][0]
+    return int(totals["n"]), guid_heads(scan) if totals["guids"] else None
 
 
-def _stored_rows(lines: DataFrame, earlier_guids: DataFrame, has_guids: bool) -> DataFrame:
-    """The message store rows of ``lines``, duplicates marked.
+def _stored_rows(lines: DataFrame, earlier_guids: DataFrame, heads: DataFrame | None) -> DataFrame:
+    """The message store rows of ``lines``, duplicates marked (``heads``: ``_scan_heads``'s).
 
-    Without guids there is nothing to mark. Otherwise the duplicates are found first, from the lines'
+    Without guids there is nothing to mark. Otherwise the duplicates are found first, from the kept
     heads alone, and kept: a run's duplicates are few, so they are broadcast to the tasks writing the
     rows (a join would shuffle every message body, the largest part of the store, to mark a few).
     """
-    if not has_guids:
+    if heads is None:
         return build_message_store(lines)
-    (duplicates,) = computed_once(find_duplicates(lines, earlier_guids))
+    (duplicates,) = computed_once(duplicate_guids(heads, earlier_guids))
     found = int(collect_small(n=row_count(duplicates))["n"][0]["n"])
     return build_message_store(lines, duplicates, broadcast_duplicates=found <= MAX_BROADCAST_DUPLICATES)
 
@@ -109,7 +113,8 @@ def _store_hours(
     """
     ranges = landing.complete_ranges(keys)
     lines = landing.read_ranges(session, ranges)
-    line_count, has_guids = _count_lines(lines)
+    line_count, heads = _scan_heads(lines)
+    has_guids = heads is not None
     # Guids are deduplicated against every earlier hour; hours whose lines carry none (most
     # notifications) skip that read, so their cost does not grow with the history's age.
     if has_guids:
@@ -120,7 +125,7 @@ def _store_hours(
         earlier_guids = session.createDataFrame([], "guid string")
     positions = {k: {n: [(0, r[1])] for n, r in ranges.items() if segment_hour(n) == k} for k in keys}
     lake.replace_partitions(
-        _stored_rows(lines, earlier_guids, has_guids),
+        _stored_rows(lines, earlier_guids, heads),
         "message_store",
         keys,
         no_dictionary=["data"],
@@ -174,13 +179,14 @@ def _store_increment(
     if todo:
         lake.delete_increment("message_store", key, inc.id)
         lines = landing.read_ranges(session, todo).persist()
-        line_count, has_guids = _count_lines(lines)
+        line_count, heads = _scan_heads(lines)
+        has_guids = heads is not None
         # Guids are deduplicated against every message stored before; skipped when the increment
         # has none, so a run does not read the whole history's guids for nothing.
         earlier = lake.read(session, "message_store", MESSAGE_STORE).where(F.col(PARTITION_COLUMN) <= key_to_dt(key))
         earlier_guids = earlier.select("guid") if has_guids else session.createDataFrame([], "guid string")
         lake.append_increment(
-            _stored_rows(lines, earlier_guids, has_guids), "message_store", key, inc.id, no_dictionary=["data"]
+            _stored_rows(lines, earlier_guids, heads), "message_store", key, inc.id, no_dictionary=["data"]
         )
         lake.write_hour_file("message_store", key, POSITIONS_FILE, positions_text(advanced(positions, todo)))
         lines.unpersist()

@@ -170,9 +170,30 @@ def mark_duplicates(messages: DataFrame, duplicates: DataFrame) -> DataFrame:
     )
 
 
-def find_duplicates(lines: DataFrame, earlier_guids: DataFrame) -> DataFrame:
-    """The ``message_id`` of every landing line whose guid was received before (see ``duplicate_guids``)."""
-    return duplicate_guids(parse_landing_lines(lines), earlier_guids)
+def head_scan(lines: DataFrame) -> DataFrame:
+    """One pass over landing lines for what is needed before their rows are built: a row per line that
+    carries a guid (``head``: its message_id, guid and recv_ms; ``n``: 1, or how many lines have that
+    same head) and one row with a null ``head`` whose ``n`` counts every other line, readable or not.
+
+    Lines without a guid (most notifications) collapse into that one row where they are read, so only
+    the heads with a guid are shuffled. ``guid_heads`` and ``head_totals`` read the result.
+    """
+    head = F.when(F.col("guid").isNotNull(), F.struct("message_id", "guid", "recv_ms"))
+    return parse_landing_lines(lines).groupBy(head.alias("head")).agg(F.count(F.lit(1)).alias("n"))
+
+
+def guid_heads(scan: DataFrame) -> DataFrame:
+    """``head_scan``'s lines that carry a guid, one row per line (message_id, guid, recv_ms)."""
+    one_per_line = F.explode(F.sequence(F.lit(1), F.col("n"))).alias("_line")
+    return scan.where(F.col("head").isNotNull()).select("head.*", one_per_line).drop("_line")
+
+
+def head_totals(scan: DataFrame) -> DataFrame:
+    """``head_scan``'s totals as one row: ``n`` lines, ``guids`` 1 when any carries a guid (else 0)."""
+    return scan.agg(
+        F.coalesce(F.sum("n"), F.lit(0)).alias("n"),
+        F.coalesce(F.max(F.col("head").isNotNull().cast("int")), F.lit(0)).alias("guids"),
+    )
 
 
 def build_message_store(
@@ -180,7 +201,7 @@ def build_message_store(
 ) -> DataFrame:
     """Landing lines of some hours -> their message store rows, the ``duplicates`` marked (status 5).
 
-    ``duplicates``: ``find_duplicates``'s ids, or None when no line carries a guid. The messages are
+    ``duplicates``: ``duplicate_guids``'s ids, or None when no line carries a guid. The messages are
     the large side of that join (their bodies); with ``broadcast_duplicates`` the ids, few by nature,
     are sent to every task instead, so the bodies are written without being shuffled first.
     """
