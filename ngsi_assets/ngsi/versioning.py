@@ -190,13 +190,11 @@ def provenance_from_json(text: str) -> dict[str, tuple[str, int]]:
     return {name: (str(entry["m"]), int(entry["p"])) for name, entry in json.loads(text).items()}
 
 
+def provenance_names(provenance: Mapping[str, tuple[str, int]]) -> list[str]:
+    """The order of the seed's field_provenance object: guid first, then the fields by name."""
+    return [*([GUID_FIELD] if GUID_FIELD in provenance else []), *sorted(k for k in provenance if k != GUID_FIELD)]
+
+
 def provenance_json(provenance: Mapping[str, tuple[str, int]]) -> dict[str, Any]:
     """The seed's field_provenance object: guid first, then fields by name, each ``{"m": ..., "p": ...}``."""
-    out: dict[str, Any] = {}
-    if GUID_FIELD in provenance:
-        m, p = provenance[GUID_FIELD]
-        out[GUID_FIELD] = {"m": m, "p": p}
-    for name in sorted(k for k in provenance if k != GUID_FIELD):
-        m, p = provenance[name]
-        out[name] = {"m": m, "p": p}
-    return out
+    return {name: {"m": provenance[name][0], "p": provenance[name][1]} for name in provenance_names(provenance)}

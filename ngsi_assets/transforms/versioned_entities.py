@@ -70,6 +70,7 @@ from ngsi_assets.ngsi.versioning import (
     Version,
     fold_key,
     provenance_from_json,
+    provenance_names,
 )
 from ngsi_assets.transforms.conversions import convert_value, typed_column
 from ngsi_assets.transforms.partitioning import cluster_by
@@ -865,10 +866,7 @@ class _ProvenanceText:
         return text
 
     def __call__(self, provenance: dict[str, tuple[str, int]]) -> str:
-        entry = self._entry
-        parts = [entry(GUID_FIELD, provenance[GUID_FIELD])] if GUID_FIELD in provenance else []
-        parts += [entry(n, provenance[n]) for n in sorted(provenance) if n != GUID_FIELD]
-        return "{" + ",".join(parts) + "}"
+        return "{" + ",".join(self._entry(n, provenance[n]) for n in provenance_names(provenance)) + "}"
 
 
 def _fold_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
