@@ -8,7 +8,8 @@ receiver (``ngsi-assets serve``) and the Dagster daemon with the platform's sens
 sensor requests ``ngsi_increment_job`` runs of what landed since the previous one, and
 ``ngsi_derived_job`` runs per hour; ``dagster.yaml``'s queue runs one of each at a time). Both SQL sinks
 write historic tables and last data (``last_data_mode: both``, ``dm-by-entity-type``); STH aggregates
-stay in the lake (no ``NGSI_MONGO_URL``: SecantusDB cannot take this write rate).
+stay in the lake, unless ``--mongo``: then the raw history and the STH aggregates are written to a
+MongoDB server (SecantusDB started here, or ``MONGO_URL``).
 
 A load generator posts NGSI v2 notifications at ``--rate`` per second for ``--minutes``: one car of
 ``--cars`` per notification, round robin, four attributes (``seq``, speed, fuel, location text); ``seq``
@@ -16,6 +17,10 @@ numbers each car's notifications. Measured:
 
 - freshness: from the receiver's 201 to the first poll (every 0.5 s) of PostgreSQL's last-data table
   showing that car's ``seq`` at or past the notification's; p50, p95 and max;
+- freshness per asset (message store, events, last data, historic tables, raw history, versioned
+  entities, transaction history, STH aggregates): from the 201 to the end of the first
+  materialization whose ``ngsi/received_until`` is at or past the notification's receive time (the
+  201's ``recv_ms``), read from the Dagster instance after the traffic;
 - the run queue (runs queued or starting, and runs executing) every 5 s;
 - every run's duration, and the machine's CPU use (``/proc/stat``) over the traffic;
 - at the end (after traffic stops, waiting up to ``--drain-minutes`` for the runs to catch up):
@@ -139,6 +144,7 @@ def cpu_times() -> tuple[int, int]:
 @dataclass
 class Observations:
     acks: dict[tuple[int, int], float] = field(default_factory=dict)  # (car, seq) -> time of the 201
+    received: dict[tuple[int, int], float] = field(default_factory=dict)  # (car, seq) -> its recv_ms (s)
     refused: int = 0
     refused_at: list[float] = field(default_factory=list)  # when each refusal (or no answer) came
     visible: dict[int, list[tuple[float, int]]] = field(default_factory=dict)  # car -> (time, seq) changes
@@ -174,9 +180,10 @@ def traffic(port: int, rate: float, seconds: float, cars: int, obs: Observations
         try:
             conn.request("POST", "/notify", body=notification(car, seq), headers=headers)
             resp = conn.getresponse()
-            resp.read()
+            answer = resp.read()
             if resp.status == 201:
                 obs.acks[(car, seq)] = time.time()
+                obs.received[(car, seq)] = int(json.loads(answer)["recv_ms"]) / 1000.0
             else:
                 obs.refused += 1
                 obs.refused_at.append(time.time())
@@ -424,6 +431,61 @@ def completeness(obs: Observations, lake: Path, pg_url: str, my_url: str, cars: 
     return out
 
 
+def materializations(home: Path, asset: str) -> list[tuple[str, float, float]]:
+    """(hour, newest receive time held, when) of every materialization of ``asset`` that records one."""
+    from dagster import AssetKey, DagsterInstance
+
+    from ngsi_assets.freshness import RECEIVED_UNTIL
+
+    out = []
+    with DagsterInstance.from_config(str(home)) as instance:
+        cursor = None
+        while True:
+            page = instance.fetch_materializations(AssetKey(asset), limit=1000, cursor=cursor, ascending=True)
+            for rec in page.records:
+                m = rec.asset_materialization
+                if m is None or m.partition is None or RECEIVED_UNTIL not in m.metadata:
+                    continue
+                out.append((m.partition, float(m.metadata[RECEIVED_UNTIL].value), rec.timestamp))
+            if not page.has_more:
+                return out
+            cursor = page.cursor
+
+
+def asset_freshness(home: Path, obs: Observations) -> dict[str, dict[str, Any]]:
+    """Per followed asset: from each notification's 201 to the first materialization that holds it
+    (of its hour, with a newest receive time at or past the notification's); p50, p95, max, and the
+    notifications no materialization held by the end."""
+    import bisect
+
+    from ngsi_assets.freshness import FOLLOWED
+
+    out: dict[str, dict[str, Any]] = {}
+    for asset in FOLLOWED:
+        by_hour: dict[str, tuple[list[float], list[float]]] = {}
+        for hour, received, when in sorted(materializations(home, asset), key=lambda m: m[2]):
+            held, times = by_hour.setdefault(hour, ([], []))
+            held.append(max(received, held[-1]) if held else received)  # what the hour holds only grows
+            times.append(when)
+        delays, missing = [], 0
+        for key, acked in obs.acks.items():
+            recv = obs.received[key]
+            held, times = by_hour.get(time.strftime("%Y-%m-%d-%H:00", time.gmtime(recv)), ([], []))
+            i = bisect.bisect_left(held, recv)
+            if i == len(held):
+                missing += 1
+            else:
+                delays.append(max(0.0, times[i] - acked))
+        out[asset] = {
+            "p50": pct(delays, 50) if delays else None,
+            "p95": pct(delays, 95) if delays else None,
+            "max": max(delays) if delays else None,
+            "measured": len(delays),
+            "never_held": missing,
+        }
+    return out
+
+
 def caught_up(obs: Observations) -> bool:
     last_seq: dict[int, int] = {}
     for car, seq in obs.acks:
@@ -465,15 +527,28 @@ def main(argv: list[str] | None = None) -> int:
         default="platform",
         help="the daemon's run launcher: dagster.yaml's (WarmRunLauncher), or Dagster's DefaultRunLauncher",
     )
+    parser.add_argument(
+        "--derived-interval",
+        type=float,
+        default=None,
+        help="NGSI_DERIVED_INTERVAL_S for the daemon (default: the platform's)",
+    )
+    parser.add_argument(
+        "--mongo",
+        action="store_true",
+        help="publish the raw history and the STH aggregates to MongoDB (SecantusDB, or MONGO_URL)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args(argv)
 
     from tests.support.servers import (
+        mongo_server_url,
         mysql_server_url,
         postgres_server_url,
         start_mariadb,
         start_postgres,
+        start_secantus,
     )
 
     work = Path(tempfile.mkdtemp(prefix="ngsi-bench-continuous-"))
@@ -495,6 +570,14 @@ def main(argv: list[str] | None = None) -> int:
             extra["NGSI_DERIVED_SIDE_BY_SIDE"] = str(args.derived_side_by_side)
         if args.steps_side_by_side is not None:
             extra["NGSI_STEPS_SIDE_BY_SIDE"] = str(args.steps_side_by_side)
+        if args.derived_interval is not None:
+            extra["NGSI_DERIVED_INTERVAL_S"] = f"{args.derived_interval:g}"
+        if args.mongo:
+            mongo = None if os.environ.get("MONGO_URL") else start_secantus()
+            if mongo is not None:
+                servers.append(mongo)
+            extra["NGSI_MONGO_URL"] = os.environ["MONGO_URL"] if mongo is None else mongo_server_url(mongo)
+            extra["NGSI_MONGO_RAW_ENABLED"] = "true"
         env = platform_env(home, landing, lake, extra)
         if args.run_launcher == "default":
             without_launcher(home / "dagster.yaml")
@@ -567,6 +650,8 @@ def main(argv: list[str] | None = None) -> int:
             "derived_side_by_side": args.derived_side_by_side,
             "steps_side_by_side": args.steps_side_by_side,
             "run_launcher": args.run_launcher,
+            "derived_interval": args.derived_interval,
+            "mongo": args.mongo,
             "acknowledged": len(obs.acks),
             "refused": obs.refused,
             "freshness_s": {
@@ -604,6 +689,7 @@ def main(argv: list[str] | None = None) -> int:
                 step_seconds(home, run_id) for run_id in job_run_ids(home, "ngsi_increment_job")
             ),
             "landing_ticks": landing_ticks(home),
+            "asset_freshness_s": asset_freshness(home, obs),
         }
         print(json.dumps(result, indent=2), flush=True)
         if args.write_results:
@@ -634,9 +720,16 @@ def render(r: dict[str, Any]) -> str:
         + ("" if r.get("derived_side_by_side") is None else f" --derived-side-by-side {r['derived_side_by_side']}")
         + ("" if r.get("steps_side_by_side") is None else f" --steps-side-by-side {r['steps_side_by_side']}")
         + ("" if r.get("run_launcher", "platform") == "platform" else f" --run-launcher {r['run_launcher']}")
+        + ("" if r.get("derived_interval") is None else f" --derived-interval {r['derived_interval']:g}")
+        + (" --mongo" if r.get("mongo") else "")
         + "`: "
         "receiver, Dagster daemon with the sensors, one Spark Connect server, PostgreSQL and MariaDB "
-        "(historic and last data, dm-by-entity-type), STH in the lake.",
+        "(historic and last data, dm-by-entity-type), "
+        + (
+            "raw history and STH aggregates in MongoDB (SecantusDB unless MONGO_URL)."
+            if r.get("mongo")
+            else "STH in the lake (no MongoDB: the raw history is off)."
+        ),
         "",
         "| measure | value |",
         "|---|---|",
@@ -660,6 +753,23 @@ def render(r: dict[str, Any]) -> str:
         f"| last data current PostgreSQL / MariaDB | {c['last_data_current']['postgresql']} / "
         f"{c['last_data_current']['mysql']} |",
         f"| everything acknowledged in every table | {c['everything_in_every_table']} |",
+        *(
+            [
+                "",
+                "Freshness per asset: from a notification's 201 to the end of the first materialization that "
+                "holds it (its `ngsi/received_until` at or past the notification's receive time).",
+                "",
+                "| asset | p50 / p95 / max (s) | notifications measured / never held |",
+                "|---|---|---|",
+                *[
+                    f"| `{asset}` | {fmt(a['p50'])} / {fmt(a['p95'])} / {fmt(a['max'])} | "
+                    f"{a['measured']} / {a['never_held']} |"
+                    for asset, a in r["asset_freshness_s"].items()
+                ],
+            ]
+            if r.get("asset_freshness_s")
+            else []
+        ),
         *(
             [
                 "",

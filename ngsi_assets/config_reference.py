@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from ngsi_assets.freshness import FreshnessSettings
 from ngsi_assets.ngsi.mongo_raw_config import ENV_PREFIX as RAW_PREFIX
 from ngsi_assets.ngsi.mongo_raw_config import MongoRawConfig
 from ngsi_assets.ngsi.sql_config import PersistencePolicy, SqlSinkConfig
@@ -86,7 +87,11 @@ def _parameters(model: type[BaseModel], skip: tuple[str, ...] = ()) -> Iterator[
 
 def variables() -> list[str]:
     """Every environment variable the reference documents."""
-    names = [alias for m in (EnvironmentVariables, ContinuousSettings, ReprocessSettings) for alias, _ in _aliased(m)]
+    names = [
+        alias
+        for m in (EnvironmentVariables, ContinuousSettings, FreshnessSettings, ReprocessSettings)
+        for alias, _ in _aliased(m)
+    ]
     names += [n for n, _ in _prefixed(STHConfig, STH_PREFIX)]
     names += [n for n, _ in _prefixed(MongoRawConfig, RAW_PREFIX)]
     return names
@@ -122,6 +127,9 @@ def reference_markdown() -> str:
         "### Continuous mode",
         "",
         *_table(_aliased(ContinuousSettings), "variable"),
+        "### Freshness checks",
+        "",
+        *_table(_aliased(FreshnessSettings), "variable"),
         "### Reprocessing",
         "",
         *_table(_aliased(ReprocessSettings), "variable"),

@@ -16,6 +16,7 @@ from ngsi_assets.assets.transaction_history import transaction_history
 from ngsi_assets.assets.versioned_entities import versioned_entities
 from ngsi_assets.compaction import last_data_compaction_job, last_data_compaction_schedule
 from ngsi_assets.executor import side_by_side_executor
+from ngsi_assets.freshness import freshness_checks, freshness_sensor
 from ngsi_assets.sensors import (
     DERIVED_LANE,
     INGEST_LANE,
@@ -76,8 +77,9 @@ def build_definitions(resources: dict[str, object] | None = None) -> Definitions
             sth_aggregates,
             transaction_history,
         ],
+        asset_checks=[freshness_checks],
         jobs=[ingest_job, increment_job, derived_job, reprocess_job, last_data_compaction_job],
-        sensors=[landing_sensor, reprocessing_sensor],
+        sensors=[landing_sensor, reprocessing_sensor, freshness_sensor],
         schedules=[last_data_compaction_schedule],
         resources=build_resources() if resources is None else resources,
         # Every Spark asset of a run shares one process, hence one Spark session (starting one costs

@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import ClassVar
 
 from dagster import (
     AssetKey,
@@ -28,6 +29,7 @@ from dagster._core.storage.tags import MAX_RUNTIME_SECONDS_TAG
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ngsi_assets.assets.ingest import message_store
+from ngsi_assets.freshness import FRESHNESS_CHECKS
 from ngsi_assets.increments import (
     EXTENDS_TAG,
     INCREMENT_TAG,
@@ -37,6 +39,7 @@ from ngsi_assets.increments import (
     segment_hour,
 )
 from ngsi_assets.ingest.landing import SegmentInfo
+from ngsi_assets.settings import VariableSettings
 from resources.landing import LandingZoneResource
 
 # Hours newer than (newest hour seen - LOOKBACK_HOURS) are tracked one by one in the cursor; older
@@ -46,7 +49,7 @@ LOOKBACK_HOURS = 48
 ingest_job = define_asset_job(
     "ngsi_ingest_job",
     # The message store and everything computed from it: the whole platform for the hours given.
-    selection=AssetSelection.assets(message_store).downstream(),
+    selection=AssetSelection.assets(message_store).downstream() - FRESHNESS_CHECKS,
     description="Landing zone -> message_store -> ngsi_events -> versioned entities and sinks, for the hours given.",
 )
 
@@ -63,22 +66,24 @@ INCREMENT_ASSETS = ("message_store", "ngsi_events", "last_data", "historic_table
 
 increment_job = define_asset_job(
     "ngsi_increment_job",
-    selection=AssetSelection.assets(*INCREMENT_ASSETS),
+    selection=AssetSelection.assets(*INCREMENT_ASSETS) - FRESHNESS_CHECKS,
     description="Continuous mode: what landed since the previous increment (run tag ngsi/increment) through the "
     "message store, the NGSI events, last data, historic tables and the raw MongoDB history.",
 )
 derived_job = define_asset_job(
     "ngsi_derived_job",
-    selection=AssetSelection.assets(message_store).downstream() - AssetSelection.assets(*INCREMENT_ASSETS),
+    selection=AssetSelection.assets(message_store).downstream()
+    - AssetSelection.assets(*INCREMENT_ASSETS)
+    - FRESHNESS_CHECKS,
     description="Continuous mode: versioned entities, transaction history and STH aggregates of one hour, from "
     "what the increments stored so far.",
 )
 
 
-class ContinuousSettings(BaseModel):
+class ContinuousSettings(VariableSettings):
     """How often the derived assets of an hour are brought up to date, from ``NGSI_*`` variables."""
 
-    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
+    what: ClassVar[str] = "continuous mode settings"
 
     derived_interval_s: float = Field(
         300.0,
@@ -112,14 +117,6 @@ class ContinuousSettings(BaseModel):
     hour_max_runtime_s: float = Field(
         3600.0, gt=0, alias="NGSI_HOUR_MAX_RUNTIME_S", description="Seconds after which a whole-hour run is canceled."
     )
-
-    @staticmethod
-    def from_env(env: Mapping[str, str]) -> "ContinuousSettings":
-        names = {f.alias for f in ContinuousSettings.model_fields.values()}
-        try:
-            return ContinuousSettings.model_validate({k: v for k, v in env.items() if k in names})
-        except ValidationError as exc:
-            raise ValueError(f"continuous mode settings: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -458,7 +455,7 @@ _UNFINISHED_RUNS_LIMIT = 1000
 reprocess_job = define_asset_job(
     "ngsi_reprocess_job",
     # With the transaction history, so what the reprocessing changed is committed as a transaction.
-    selection=AssetSelection.assets(VERSIONED_ENTITIES).downstream(),
+    selection=AssetSelection.assets(VERSIONED_ENTITIES).downstream() - FRESHNESS_CHECKS,
     description="Reprocesses every message of one hour of versioned_entities (resolves late links), then "
     "records the changes in the transaction history.",
 )

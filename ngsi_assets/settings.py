@@ -3,10 +3,29 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class VariableSettings(BaseModel):
+    """Settings read from ``NGSI_*`` variables: each field's alias names its variable."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
+    # What the settings are, in the error that names a bad variable.
+    what: ClassVar[str] = "settings"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Self:
+        """The settings the variables in ``env`` give (the others take their defaults); a bad value
+        raises ``ValueError`` naming its variable."""
+        names = {f.alias for f in cls.model_fields.values()}
+        try:
+            return cls.model_validate({k: v for k, v in env.items() if k in names})
+        except ValidationError as exc:
+            raise ValueError(f"{cls.what}: {exc}") from exc
 
 
 def data_root() -> Path:

@@ -16,6 +16,7 @@ from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
+from ngsi_assets.freshness import received_metadata, record_increment, record_whole_hours, run_received
 from ngsi_assets.increments import (
     EXTENDS_TAG,
     POSITIONS_FILE,
@@ -229,6 +230,8 @@ def message_store(
     preview_columns = ["message_identifier", "source_entity", "effective_timestamp", "status", "service", "format"]
     summary_frames = {
         "counts": stored.groupBy("status", "format").count(),
+        # The newest receive time of each hour's rows (freshness.py): everything received before is in.
+        "received": stored.groupBy(PARTITION_COLUMN).agg(F.max("recv_ms").alias("ms")),
         "ids": row_count(stored.select("message_identifier").distinct()),
         "preview": _preview_rows(stored, preview_columns),
     }
@@ -254,12 +257,18 @@ def message_store(
     unreadable = line_count - rows
     distinct_ids = summary["ids"][0]["n"]
     twice_examples = [(r["guid"], r["hours"]) for r in summary.get("twice", [])]
+    newest = {r[PARTITION_COLUMN]: int(r["ms"]) for r in summary["received"] if r["ms"] is not None}
+    if inc is None:
+        record_whole_hours(lake, {k: newest.get(key_to_dt(k)) for k in keys})
+    else:
+        record_increment(lake, inc.hour_of(keys), inc.id, max(newest.values(), default=None))
     return MaterializeResult(
         metadata={
             "dagster/row_count": rows,
             "landing_lines": line_count,
             "unreadable_lines": unreadable,
             "torn_tails": torn,
+            **received_metadata(max(newest.values(), default=None)),
             **(
                 {
                     "increment": inc.id,
@@ -379,6 +388,7 @@ def ngsi_events(
         metadata={
             "dagster/row_count": rows,
             "rejects": reject_rows,
+            **received_metadata(run_received(lake, keys, context.run.tags)),
             "by_time_index_source": MetadataValue.json(counts["timeIndexSource"]),
             "by_service": MetadataValue.json(counts["fiwareService"]),
             # Events whose TimeInstant metadata is not an instant: kept as given, timed by receive time.

@@ -14,6 +14,7 @@ from dagster_pyspark import LazyPySparkResource
 from pyspark import StorageLevel
 
 from ngsi_assets.assets.ingest import events_of_run, ngsi_events
+from ngsi_assets.freshness import received_metadata, run_received
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.sinks.mongo_raw import write_raw
 from ngsi_assets.transforms.mongo_raw import MONGO_RAW_REJECTS, classify_raw, raw_rejects, raw_rows
@@ -52,9 +53,10 @@ def mongo_raw(
     Events that cannot be written (names MongoDB refuses, NUL characters) go to the lake dataset
     `mongo_raw_rejects` with the reason.
     """
+    keys = context.partition_keys
     if not mongo_raw_sink.enabled:
         return MaterializeResult(
-            metadata={"skipped": NOT_ENABLED},
+            metadata={"skipped": NOT_ENABLED, **received_metadata(run_received(lake, keys, context.run.tags))},
             check_results=[
                 AssetCheckResult(
                     check_name="every_raw_document_acknowledged", passed=True, metadata={"skipped": NOT_ENABLED}
@@ -67,7 +69,6 @@ def mongo_raw(
     # Ping first (an unreachable server fails the run with a clear message before Spark starts
     # writing), and name collections within the server's limits.
     config = with_server_limit(config, url)
-    keys = context.partition_keys
     session = spark.spark_session
     events, inc = events_of_run(context, lake, session)
     classified = classify_raw(events, config).persist(StorageLevel.MEMORY_AND_DISK)
@@ -109,6 +110,7 @@ def mongo_raw(
         "data_model": config.data_model.value,
         "capped": config.capped,
         "dagster/row_count": shaped,
+        **received_metadata(run_received(lake, keys, context.run.tags)),
     }
     if inc is not None:
         metadata["increment"] = inc.id

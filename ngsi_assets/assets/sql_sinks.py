@@ -22,6 +22,7 @@ from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from ngsi_assets.assets.ingest import events_of_run, ngsi_events
+from ngsi_assets.freshness import received_metadata, run_received
 from ngsi_assets.last_data_state import LastDataState, delta_id
 from ngsi_assets.ngsi.sql_config import SqlSinkConfig
 from ngsi_assets.ngsi.sql_naming import Dialect, fixed_column, quote_ident
@@ -115,7 +116,7 @@ def _run_sink(
     enabled = {d: c for d, c in configs.items() if (c.last_data_enabled if sink == LAST_DATA else c.historic_enabled)}
     if not enabled:
         reason = NOT_CONFIGURED if not configs else f"last_data_mode of every configured sink excludes {sink}"
-        return {"skipped": reason}, [], reason
+        return {"skipped": reason, **received_metadata(run_received(lake, keys, context.run.tags))}, [], reason
     session = spark.spark_session
     events, inc = events_of_run(context, lake, session)
     now_ms = int(time.time() * 1000)
@@ -177,6 +178,7 @@ def _run_sink(
     metadata["rejects"] = sum(by_reason.values())
     metadata["rejects_by_reason"] = MetadataValue.json(by_reason)
     metadata["dagster/row_count"] = sum(int(metadata[f"{c.dialect.value}_rows"]) for c, _, _ in results)
+    metadata.update(received_metadata(run_received(lake, keys, context.run.tags)))
     return metadata, results, None
 
 

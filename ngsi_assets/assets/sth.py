@@ -2,6 +2,7 @@
 
 import functools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -21,6 +22,7 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from ngsi_assets.assets.ingest import ngsi_events
+from ngsi_assets.freshness import hours_received, received_metadata
 from ngsi_assets.increments import NEW_INCREMENTS_TAG, FoldPlan
 from ngsi_assets.ngsi.sth_config import Resolution, STHConfig
 from ngsi_assets.partitions import hourly_partitions
@@ -222,16 +224,17 @@ def sth_aggregates(
     # Runs of different hours share rollup buckets (a month's, a year's) and documents: one at a time.
     with lake.exclusive(ROLLUPS):
         plan = FoldPlan.of(lake, keys, PARTIALS, new_only=new_only)
+        received = received_metadata(hours_received(lake, plan.contents))
         if plan.todo == []:
-            return _nothing_new(config)
-        result = _materialize(session, lake, sth, config, keys, now, plan)
+            return _nothing_new(config, received)
+        result = _materialize(session, lake, sth, config, keys, now, plan, received)
         plan.record(lake, PARTIALS)
         return result
 
 
-def _nothing_new(config: STHConfig) -> MaterializeResult:
+def _nothing_new(config: STHConfig, received: Mapping[str, MetadataValue]) -> MaterializeResult:
     """A derived run after which no increment of the hour is left to aggregate: nothing is rebuilt."""
-    metadata = {"events": 0, "samples": 0, "documents_touched": 0, "folded": "nothing new"}
+    metadata = {"events": 0, "samples": 0, "documents_touched": 0, "folded": "nothing new", **received}
     both = Resolution.DAY in config.resolutions and Resolution.HOUR in config.resolutions
     return MaterializeResult(metadata=metadata, check_results=_Checks().results(both))
 
@@ -292,6 +295,7 @@ def _materialize(
     keys: list[str],
     now: datetime,
     plan: FoldPlan,
+    received: Mapping[str, MetadataValue],
 ) -> MaterializeResult:
     """Aggregate the events ``plan`` says (the hours whole, or a batch of increments of one hour),
     bring the rollups of the hours up to date and rebuild the documents the new partials touch."""
@@ -408,6 +412,7 @@ def _materialize(
             "resolutions": ",".join(r.value for r in config.resolutions),
             "data_model": config.data_model.value,
             "folded": "whole" if batch is None else f"{len(plan.todo or [])} increments",
+            **received,
             **publish,
         },
         check_results=checks.results(both),

@@ -17,7 +17,8 @@ from dagster import (
 )
 from dagster_pyspark import LazyPySparkResource
 
-from ngsi_assets.assets.versioned_entities import INDEX_DS, INDEX_DT, versioned_entities
+from ngsi_assets.assets.versioned_entities import INDEX_DS, INDEX_DT, LOG_DS, versioned_entities
+from ngsi_assets.freshness import ledger_received, received_metadata
 from ngsi_assets.history_store import Commit, HistoryStore, publish
 from ngsi_assets.increments import side_by_side_width
 from ngsi_assets.ngsi.entity_schema import NGSI_KEYS, EntitySchema
@@ -126,6 +127,8 @@ def transaction_history(
         "message_identifier", "user", "source_system"
     )
     indexed = [r[0] for r in lake.read(session, INDEX_DS, INDEX_DT, keys).select("entity").distinct().collect()]
+    # What the versioned entities held when their state was read (read first: a lower bound).
+    received = ledger_received(lake, LOG_DS, keys)
     with store.writer_lock():
         # Every space at one transaction time, compared side by side, committed in name order.
         commits = store.record_all(
@@ -145,6 +148,7 @@ def transaction_history(
     return MaterializeResult(
         metadata={
             "transactions": len(commits),
+            **received_metadata(received),
             "dagster/row_count": sum(c.last_i - c.first_i + 1 for c in commits),
             "per_space": MetadataValue.json(
                 {c.space: {"txn": c.txn, "tnx": str(c.tnx), **c.commit_json["actions"]} for c in commits}

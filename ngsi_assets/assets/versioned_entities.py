@@ -40,6 +40,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from ngsi_assets.assets.ingest import message_store, ngsi_events
+from ngsi_assets.freshness import hours_received, received_metadata
 from ngsi_assets.increments import NEW_INCREMENTS_TAG, FoldPlan, side_by_side_width
 from ngsi_assets.ngsi.constants import MessageStatus
 from ngsi_assets.ngsi.entity_schema import (
@@ -981,6 +982,8 @@ class Folding:
     log: DataFrame
     how: str
     statuses: dict[str, int] = field(default_factory=dict)  # the log's messages per status (as text)
+    # The newest receive time among the messages the hours now hold folded (``freshness``).
+    received_ms: int | None = None
 
 
 def fold_hours(
@@ -1000,9 +1003,10 @@ def fold_hours(
     the unfinished one, whose partial log rows are removed first).
     """
     plan = FoldPlan.of(lake, keys, LOG_DS, new_only=new_only, outputs=(LOG_DS, ERRORS_DS, INDEX_DS))
+    received = hours_received(lake, plan.contents)
     how = "whole"
     if plan.todo == []:
-        return Folding([], spark.createDataFrame([], MESSAGE_LOG), "nothing new")
+        return Folding([], spark.createDataFrame([], MESSAGE_LOG), "nothing new", received_ms=received)
     if plan.todo:
         plan.drop_unfinished_batches(lake, (ERRORS_DS, LOG_DS, INDEX_DS))
         messages = plan.read(lake, spark, "message_store", MESSAGE_STORE)
@@ -1014,13 +1018,13 @@ def fold_hours(
             how = f"whole ({exc})"
         else:
             plan.record(lake, LOG_DS)
-            return Folding(out.outcomes, out.log, f"{len(plan.todo)} increments", out.statuses)
+            return Folding(out.outcomes, out.log, f"{len(plan.todo)} increments", out.statuses, received)
         plan = replace(plan, todo=None)
     messages = plan.read(lake, spark, "message_store", MESSAGE_STORE)
     events = plan.read(lake, spark, "ngsi_events", NGSI_EVENTS)
     out = VersioningRun(spark, lake, schema, buckets, keys, workers=workers).run(messages, events)
     plan.record(lake, LOG_DS)
-    return Folding(out.outcomes, out.log, how, out.statuses)
+    return Folding(out.outcomes, out.log, how, out.statuses, received)
 
 
 def export_rows(table: DataFrame, definition: TargetEntity) -> DataFrame:
@@ -1106,6 +1110,7 @@ def versioned_entities(
             "dagster/row_count": sum(o.rows_in_rewritten_buckets for o in outcomes),
             "records": sum(o.records for o in outcomes),
             "folded": folding.how,
+            **received_metadata(folding.received_ms),
             "keys_folded_from_latest_version": sum(o.from_latest for o in outcomes),
             "new_keys_added": sum(o.new_keys for o in outcomes),
             "entities": MetadataValue.json(per_entity),

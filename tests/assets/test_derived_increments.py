@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dagster import DagsterInstance, materialize
+from dagster import DagsterInstance, ExecuteInProcessResult, materialize
 from dagster_pyspark import LazyPySparkResource
 from pyspark.sql import SparkSession
 
@@ -93,10 +93,17 @@ def _norm(value: Any) -> Any:
 class Lake:
     """A landing zone and a lake, with the assets run by hand as the sensors' runs would."""
 
-    def __init__(self, tmp_path: Path, name: str, sth: STHSinkResource | None = None) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        name: str,
+        sth: STHSinkResource | None = None,
+        instance: DagsterInstance | None = None,
+    ) -> None:
         self.landing = LandingZoneResource(root=str(tmp_path / "landing"))
         self.lake = LakeResource(root=str(tmp_path / f"lake-{name}"))
         self.sth = sth or STHSinkResource()
+        self.instance = instance  # None: each run on an instance of its own
         self.from_latest = 0  # keys the derived runs folded on from their latest version
         self.appended = 0  # buckets the derived runs added versions to without rewriting them
 
@@ -108,6 +115,14 @@ class Lake:
         node: str = "versioned_entities",
     ) -> dict[str, Any]:
         """Materialize ``assets`` (checks must pass); the metadata of ``node``'s materialization."""
+        result = self.materialize(assets, increment, new_only)
+        materialized = [m for m in result.asset_materializations_for_node(node)]
+        return {k: v.value for k, v in materialized[0].metadata.items()} if materialized else {}
+
+    def materialize(
+        self, assets: list[Any], increment: Increment | None = None, new_only: bool = False
+    ) -> ExecuteInProcessResult:
+        """Materialize ``assets`` as an increment run, a derived run (``new_only``) or a whole-hour run."""
         tags = {INCREMENT_TAG: increment.to_tag()} if increment else {}
         if new_only:
             tags[NEW_INCREMENTS_TAG] = "1"
@@ -124,12 +139,11 @@ class Lake:
                 "versioning": VersioningResource(buckets=4),
                 "sth": self.sth,
             },
-            instance=DagsterInstance.ephemeral(),
+            instance=self.instance or DagsterInstance.ephemeral(),
         )
         assert result.success
         assert not [c.check_name for c in result.get_asset_check_evaluations() if not c.passed]
-        materialized = [m for m in result.asset_materializations_for_node(node)]
-        return {k: v.value for k, v in materialized[0].metadata.items()} if materialized else {}
+        return result
 
     def derived(self) -> str:
         meta = self.run([versioned_entities], new_only=True)
