@@ -60,6 +60,8 @@ FOLLOWED = (
     "transaction_history",
     "sth_aggregates",
 )
+# The derived lane's assets (``sensors.derived_job``).
+DERIVED = ("versioned_entities", "transaction_history", "sth_aggregates")
 # A segment written this long after an asset's newest receive time holds newer lines: a line is
 # written a few milliseconds after it is received (the receiver answers once it is written).
 WRITE_SLACK_S = 1.0
@@ -170,7 +172,8 @@ class FreshnessSettings(VariableSettings):
         60.0,
         gt=0,
         alias="NGSI_FRESHNESS_LIMIT_S",
-        description="Seconds an asset may lag behind what the receiver acknowledged before its freshness check fails.",
+        description="Seconds an asset may lag behind what the receiver acknowledged before its freshness check "
+        "fails (the derived lane's assets: plus NGSI_DERIVED_INTERVAL_S).",
     )
     report_s: float = Field(
         300.0,
@@ -178,6 +181,18 @@ class FreshnessSettings(VariableSettings):
         alias="NGSI_FRESHNESS_REPORT_S",
         description="Seconds between freshness reports of an asset whose result has not changed.",
     )
+
+    def limits(self, derived_interval_s: float) -> dict[str, float]:
+        """Each followed asset's limit: the derived lane's assets are brought up to date every
+        ``derived_interval_s`` (``NGSI_DERIVED_INTERVAL_S``) by design, so they get it on top."""
+        return {a: self.limit_s + (derived_interval_s if a in DERIVED else 0.0) for a in FOLLOWED}
+
+
+def asset_limits(env: Mapping[str, str]) -> dict[str, float]:
+    """The freshness limit of each followed asset, from the ``NGSI_*`` variables in ``env``."""
+    from ngsi_assets.sensors import ContinuousSettings  # the sensors module imports this one
+
+    return FreshnessSettings.from_env(env).limits(ContinuousSettings.from_env(env).derived_interval_s)
 
 
 @dataclass(frozen=True)
@@ -302,8 +317,9 @@ def describe(asset: str, lag: Lag, limit_s: float) -> str:
         AssetCheckSpec(
             CHECK_NAME,
             asset=a,
-            description="Everything the receiver acknowledged more than NGSI_FRESHNESS_LIMIT_S seconds ago is in "
-            "the asset (reported by freshness_sensor; metadata lag_s: seconds behind).",
+            description="Everything the receiver acknowledged more than NGSI_FRESHNESS_LIMIT_S seconds ago (plus "
+            "NGSI_DERIVED_INTERVAL_S for the derived lane's assets) is in the asset (reported by freshness_sensor; "
+            "metadata lag_s: seconds behind).",
         )
         for a in FOLLOWED
     ],
@@ -311,17 +327,18 @@ def describe(asset: str, lag: Lag, limit_s: float) -> str:
 )
 def freshness_checks(context: AssetCheckExecutionContext, landing: LandingZoneResource) -> Iterator[AssetCheckResult]:
     """The freshness of each asset now, as the sensor reports it."""
-    settings = FreshnessSettings.from_env(os.environ)
+    limits = asset_limits(os.environ)
     found = lags(context.instance, landing, datetime.now(UTC).timestamp())
     for key in context.selected_asset_check_keys:
-        lag = found[key.asset_key.to_user_string()]
+        asset = key.asset_key.to_user_string()
+        lag, limit = found[asset], limits[asset]
         yield AssetCheckResult(
             asset_key=key.asset_key,
             check_name=CHECK_NAME,
-            passed=lag.lag_s <= settings.limit_s,
+            passed=lag.lag_s <= limit,
             severity=AssetCheckSeverity.WARN,
-            description=describe(key.asset_key.to_user_string(), lag, settings.limit_s),
-            metadata=evaluation_metadata(lag, settings.limit_s),
+            description=describe(asset, lag, limit),
+            metadata=evaluation_metadata(lag, limit),
         )
 
 
@@ -337,15 +354,19 @@ class Report:
 
 
 def due_reports(
-    found: Mapping[str, Lag], last: Mapping[str, Sequence[object]], now_s: float, settings: FreshnessSettings
+    found: Mapping[str, Lag],
+    last: Mapping[str, Sequence[object]],
+    now_s: float,
+    limits: Mapping[str, float],
+    report_s: float,
 ) -> list[Report]:
-    """The checks to report: those whose result changed since ``last`` ({asset: [passed, at]}), and
-    the others every ``report_s``. Pure."""
+    """The checks to report: those whose result (lag within the asset's limit) changed since
+    ``last`` ({asset: [passed, at]}), and the others every ``report_s``. Pure."""
     out = []
     for asset, lag in found.items():
-        passed = lag.lag_s <= settings.limit_s
+        passed = lag.lag_s <= limits[asset]
         before = last.get(asset)
-        if before is None or bool(before[0]) != passed or now_s - float(before[1]) >= settings.report_s:  # type: ignore[arg-type]
+        if before is None or bool(before[0]) != passed or now_s - float(before[1]) >= report_s:  # type: ignore[arg-type]
             out.append(Report(asset, lag, passed))
     return out
 
@@ -360,13 +381,14 @@ FRESHNESS_SENSOR_INTERVAL_S = 10
 )
 def freshness_sensor(context: SensorEvaluationContext, landing: LandingZoneResource) -> Iterator[SkipReason]:
     settings = FreshnessSettings.from_env(os.environ)
+    limits = asset_limits(os.environ)
     now_s = datetime.now(UTC).timestamp()
     try:
         last = json.loads(context.cursor) if context.cursor else {}
     except ValueError:
         last = {}
     found = lags(context.instance, landing, now_s)
-    reports = due_reports(found, last, now_s, settings)
+    reports = due_reports(found, last, now_s, limits, settings.report_s)
     for r in reports:
         context.instance.report_runless_asset_event(
             AssetCheckEvaluation(
@@ -374,12 +396,12 @@ def freshness_sensor(context: SensorEvaluationContext, landing: LandingZoneResou
                 check_name=CHECK_NAME,
                 passed=r.passed,
                 severity=AssetCheckSeverity.WARN,
-                description=describe(r.asset, r.lag, settings.limit_s),
-                metadata=evaluation_metadata(r.lag, settings.limit_s),
+                description=describe(r.asset, r.lag, limits[r.asset]),
+                metadata=evaluation_metadata(r.lag, limits[r.asset]),
             )
         )
         last[r.asset] = [r.passed, now_s]
     if reports:
         context.update_cursor(json.dumps(last, sort_keys=True))
-    behind = {a: round(v.lag_s, 1) for a, v in found.items() if v.lag_s > settings.limit_s}
-    yield SkipReason(f"behind: {behind}" if behind else f"every asset within {settings.limit_s:g} s")
+    behind = {a: round(v.lag_s, 1) for a, v in found.items() if v.lag_s > limits[a]}
+    yield SkipReason(f"behind their limits (s): {behind}" if behind else "every asset within its limit")

@@ -22,6 +22,7 @@ from ngsi_assets.assets.sth import sth_aggregates
 from ngsi_assets.assets.versioned_entities import versioned_entities
 from ngsi_assets.freshness import (
     CHECK_NAME,
+    FOLLOWED,
     RECEIVED_UNTIL,
     WRITE_SLACK_S,
     FreshnessSettings,
@@ -29,6 +30,7 @@ from ngsi_assets.freshness import (
     HourLanded,
     Lag,
     Received,
+    asset_limits,
     due_reports,
     freshness_sensor,
     lag_of,
@@ -68,13 +70,26 @@ def test_an_hour_without_a_readable_line_is_not_a_lag() -> None:
 
 
 def test_reports_are_made_on_change_and_every_report_interval() -> None:
-    settings = FreshnessSettings(limit_s=30, report_s=300)
     found = {"a": Lag(10.0, None, None), "b": Lag(40.0, "h", 1.0), "c": Lag(0.0, None, None)}
+    limits = {"a": 30.0, "b": 30.0, "c": 30.0}
     last = {"a": [True, NOW - 10], "b": [True, NOW - 10], "c": [True, NOW - 300]}
-    reports = {r.asset: r.passed for r in due_reports(found, last, NOW, settings)}
+    reports = {r.asset: r.passed for r in due_reports(found, last, NOW, limits, 300)}
     # a: unchanged and reported 10 s ago; b: turned failing; c: unchanged but due again.
     assert reports == {"b": False, "c": True}
-    assert {r.asset for r in due_reports(found, {}, NOW, settings)} == {"a", "b", "c"}
+    assert {r.asset for r in due_reports(found, {}, NOW, limits, 300)} == {"a", "b", "c"}
+
+
+def test_the_derived_lanes_assets_get_the_derived_interval_on_top_of_the_limit() -> None:
+    limits = asset_limits({"NGSI_FRESHNESS_LIMIT_S": "45", "NGSI_DERIVED_INTERVAL_S": "30"})
+    assert limits["last_data"] == limits["message_store"] == 45
+    assert limits["versioned_entities"] == limits["transaction_history"] == limits["sth_aggregates"] == 75
+    assert set(limits) == set(FOLLOWED)
+    # A lag of 60 s fails last data's check and passes the versioned entities'.
+    found = {"last_data": Lag(60.0, "h", 1.0), "versioned_entities": Lag(60.0, "h", 1.0)}
+    assert {r.asset: r.passed for r in due_reports(found, {}, NOW, limits, 300)} == {
+        "last_data": False,
+        "versioned_entities": True,
+    }
 
 
 def test_settings_refuse_a_limit_that_is_not_positive() -> None:
