@@ -17,7 +17,7 @@ result changes, and otherwise every ``NGSI_FRESHNESS_REPORT_S`` seconds.
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import ClassVar
 
@@ -60,8 +60,6 @@ FOLLOWED = (
     "transaction_history",
     "sth_aggregates",
 )
-# The derived lane's assets (``sensors.derived_job``).
-DERIVED = ("versioned_entities", "transaction_history", "sth_aggregates")
 # A segment written this long after an asset's newest receive time holds newer lines: a line is
 # written a few milliseconds after it is received (the receiver answers once it is written).
 WRITE_SLACK_S = 1.0
@@ -78,10 +76,10 @@ class Received:
     """An hour's newest receive times (epoch ms): of its whole-hour rows, and of each increment."""
 
     whole: int | None = None
-    increments: Mapping[str, int] | None = None
+    increments: Mapping[str, int] = field(default_factory=dict)
 
     def to_text(self) -> str:
-        return json.dumps({"whole": self.whole, "increments": dict(sorted((self.increments or {}).items()))})
+        return json.dumps({"whole": self.whole, "increments": dict(sorted(self.increments.items()))})
 
     @staticmethod
     def from_text(text: str | None) -> "Received":
@@ -99,14 +97,19 @@ class Received:
     def of(self, content: HourContent) -> int | None:
         """The newest receive time among what ``content`` names (its whole-hour rows, its increments)."""
         found = [self.whole] if self.whole is not None and content.whole.get("message_store") else []
-        found += [self.increments[i] for i in content.increments if self.increments and i in self.increments]
+        found += [self.increments[i] for i in content.increments if i in self.increments]
+        return max(found) if found else None
+
+    def newest(self) -> int | None:
+        """The newest receive time of the hour, whatever holds it."""
+        found = [ms for ms in [self.whole, *self.increments.values()] if ms is not None]
         return max(found) if found else None
 
 
 def record_whole_hours(lake: LakeResource, newest: Mapping[str, int | None]) -> None:
     """After a whole-hour message store write: each hour's newest receive time ({key: ms})."""
     for key, ms in newest.items():
-        lake.write_hour_file("message_store", key, RECEIVED_FILE, Received(ms, {}).to_text())
+        lake.write_hour_file("message_store", key, RECEIVED_FILE, Received(ms).to_text())
 
 
 def record_increment(lake: LakeResource, key: str, increment_id: str, ms: int | None) -> None:
@@ -115,17 +118,17 @@ def record_increment(lake: LakeResource, key: str, increment_id: str, ms: int | 
         return
     old = Received.from_text(lake.read_hour_file("message_store", key, RECEIVED_FILE))
     lake.write_hour_file(
-        "message_store", key, RECEIVED_FILE, Received(old.whole, {**(old.increments or {}), increment_id: ms}).to_text()
+        "message_store", key, RECEIVED_FILE, Received(old.whole, {**old.increments, increment_id: ms}).to_text()
     )
+
+
+def _received(lake: LakeResource, key: str) -> Received:
+    return Received.from_text(lake.read_hour_file("message_store", key, RECEIVED_FILE))
 
 
 def hours_received(lake: LakeResource, contents: Mapping[str, HourContent]) -> int | None:
     """The newest receive time among what ``contents`` names, over its hours."""
-    found = [
-        ms
-        for key, content in contents.items()
-        if (ms := Received.from_text(lake.read_hour_file("message_store", key, RECEIVED_FILE)).of(content)) is not None
-    ]
+    found = [ms for key, content in contents.items() if (ms := _received(lake, key).of(content)) is not None]
     return max(found) if found else None
 
 
@@ -144,14 +147,8 @@ def run_received(lake: LakeResource, keys: Sequence[str], tags: Mapping[str, str
     run) the newest of its hours'."""
     inc = Increment.from_tags(tags)
     if inc is not None:
-        key = inc.hour_of(keys)
-        return Received.from_text(lake.read_hour_file("message_store", key, RECEIVED_FILE)).of(
-            HourContent({}, frozenset([inc.id]))
-        )
-    found = []
-    for key in keys:
-        rec = Received.from_text(lake.read_hour_file("message_store", key, RECEIVED_FILE))
-        found += [ms for ms in [rec.whole, *(rec.increments or {}).values()] if ms is not None]
+        return _received(lake, inc.hour_of(keys)).increments.get(inc.id)
+    found = [ms for key in keys if (ms := _received(lake, key).newest()) is not None]
     return max(found) if found else None
 
 
@@ -182,17 +179,16 @@ class FreshnessSettings(VariableSettings):
         description="Seconds between freshness reports of an asset whose result has not changed.",
     )
 
-    def limits(self, derived_interval_s: float) -> dict[str, float]:
-        """Each followed asset's limit: the derived lane's assets are brought up to date every
-        ``derived_interval_s`` (``NGSI_DERIVED_INTERVAL_S``) by design, so they get it on top."""
-        return {a: self.limit_s + (derived_interval_s if a in DERIVED else 0.0) for a in FOLLOWED}
-
 
 def asset_limits(env: Mapping[str, str]) -> dict[str, float]:
-    """The freshness limit of each followed asset, from the ``NGSI_*`` variables in ``env``."""
-    from ngsi_assets.sensors import ContinuousSettings  # the sensors module imports this one
+    """The freshness limit of each followed asset, from the ``NGSI_*`` variables in ``env``: the
+    assets outside the increments (the derived lane's) are brought up to date every
+    ``NGSI_DERIVED_INTERVAL_S`` by design, so they get it on top."""
+    from ngsi_assets.sensors import INCREMENT_ASSETS, ContinuousSettings  # the sensors module imports this one
 
-    return FreshnessSettings.from_env(env).limits(ContinuousSettings.from_env(env).derived_interval_s)
+    limit_s = FreshnessSettings.from_env(env).limit_s
+    derived_s = ContinuousSettings.from_env(env).derived_interval_s
+    return {a: limit_s + (0.0 if a in INCREMENT_ASSETS else derived_s) for a in FOLLOWED}
 
 
 @dataclass(frozen=True)
@@ -300,13 +296,24 @@ def evaluation_metadata(lag: Lag, limit_s: float) -> dict[str, MetadataValue]:
     return meta
 
 
-def describe(asset: str, lag: Lag, limit_s: float) -> str:
-    if lag.lag_s <= limit_s:
-        return f"{asset} holds everything acknowledged more than {limit_s:g} s ago (lag {lag.lag_s:.1f} s)."
-    return (
-        f"{asset} lags {lag.lag_s:.1f} s behind what the receiver acknowledged (limit {limit_s:g} s), in hour "
-        f"{lag.hour}: its runs are not keeping up, or none ran."
-    )
+def outcome(asset: str, lag: Lag, limit_s: float) -> dict[str, object]:
+    """The fields of the asset's ``freshness`` check result, run or reported."""
+    passed = lag.lag_s <= limit_s
+    if passed:
+        text = f"{asset} holds everything acknowledged more than {limit_s:g} s ago (lag {lag.lag_s:.1f} s)."
+    else:
+        text = (
+            f"{asset} lags {lag.lag_s:.1f} s behind what the receiver acknowledged (limit {limit_s:g} s), in hour "
+            f"{lag.hour}: its runs are not keeping up, or none ran."
+        )
+    return {
+        "asset_key": AssetKey(asset),
+        "check_name": CHECK_NAME,
+        "passed": passed,
+        "severity": AssetCheckSeverity.WARN,
+        "description": text,
+        "metadata": evaluation_metadata(lag, limit_s),
+    }
 
 
 # ---- the check and the sensor that reports it ---------------------------------------------------
@@ -331,15 +338,7 @@ def freshness_checks(context: AssetCheckExecutionContext, landing: LandingZoneRe
     found = lags(context.instance, landing, datetime.now(UTC).timestamp())
     for key in context.selected_asset_check_keys:
         asset = key.asset_key.to_user_string()
-        lag, limit = found[asset], limits[asset]
-        yield AssetCheckResult(
-            asset_key=key.asset_key,
-            check_name=CHECK_NAME,
-            passed=lag.lag_s <= limit,
-            severity=AssetCheckSeverity.WARN,
-            description=describe(asset, lag, limit),
-            metadata=evaluation_metadata(lag, limit),
-        )
+        yield AssetCheckResult(**outcome(asset, found[asset], limits[asset]))  # type: ignore[arg-type]
 
 
 # The jobs leave the freshness checks out: the sensor reports them without a run.
@@ -391,14 +390,7 @@ def freshness_sensor(context: SensorEvaluationContext, landing: LandingZoneResou
     reports = due_reports(found, last, now_s, limits, settings.report_s)
     for r in reports:
         context.instance.report_runless_asset_event(
-            AssetCheckEvaluation(
-                asset_key=AssetKey(r.asset),
-                check_name=CHECK_NAME,
-                passed=r.passed,
-                severity=AssetCheckSeverity.WARN,
-                description=describe(r.asset, r.lag, limits[r.asset]),
-                metadata=evaluation_metadata(r.lag, limits[r.asset]),
-            )
+            AssetCheckEvaluation(**outcome(r.asset, r.lag, limits[r.asset]))  # type: ignore[arg-type]
         )
         last[r.asset] = [r.passed, now_s]
     if reports:

@@ -258,17 +258,18 @@ def message_store(
     distinct_ids = summary["ids"][0]["n"]
     twice_examples = [(r["guid"], r["hours"]) for r in summary.get("twice", [])]
     newest = {r[PARTITION_COLUMN]: int(r["ms"]) for r in summary["received"] if r["ms"] is not None}
+    received_ms = max(newest.values(), default=None)
     if inc is None:
         record_whole_hours(lake, {k: newest.get(key_to_dt(k)) for k in keys})
     else:
-        record_increment(lake, inc.hour_of(keys), inc.id, max(newest.values(), default=None))
+        record_increment(lake, inc.hour_of(keys), inc.id, received_ms)
     return MaterializeResult(
         metadata={
             "dagster/row_count": rows,
             "landing_lines": line_count,
             "unreadable_lines": unreadable,
             "torn_tails": torn,
-            **received_metadata(max(newest.values(), default=None)),
+            **received_metadata(received_ms),
             **(
                 {
                     "increment": inc.id,
