@@ -54,28 +54,29 @@ ingest_job = define_asset_job(
 )
 
 
-# Continuous runs: the landing sensor keeps the hot path (message store to last data and historic
-# tables) fed with increments, and brings the rest of the platform up to date hour by hour.
-# Two lanes, one run at a time in each (dagster.yaml's tag_concurrency_limits): the ingest lane
-# (increments, in order) and the derived lane (versioned entities, transaction history, STH, and
-# reprocessing). A whole-hour run writes everything, so it takes both lanes.
+# Continuous runs: the landing sensor keeps the hot path (message store to last data, historic
+# tables, raw history and STH aggregates) fed with increments, and brings the rest of the platform
+# up to date hour by hour. Two lanes, one run at a time in each (dagster.yaml's
+# tag_concurrency_limits): the ingest lane (increments, in order) and the derived lane (versioned
+# entities, transaction history, and reprocessing). A whole-hour run writes everything, so it takes
+# both lanes.
 INGEST_LANE = "ngsi/ingest-lane"
 DERIVED_LANE = "ngsi/derived-lane"
 REPAIR_TAG = "ngsi/repair"
-INCREMENT_ASSETS = ("message_store", "ngsi_events", "last_data", "historic_tables", "mongo_raw")
+INCREMENT_ASSETS = ("message_store", "ngsi_events", "last_data", "historic_tables", "mongo_raw", "sth_aggregates")
 
 increment_job = define_asset_job(
     "ngsi_increment_job",
     selection=AssetSelection.assets(*INCREMENT_ASSETS) - FRESHNESS_CHECKS,
     description="Continuous mode: what landed since the previous increment (run tag ngsi/increment) through the "
-    "message store, the NGSI events, last data, historic tables and the raw MongoDB history.",
+    "message store, the NGSI events, last data, historic tables, the raw MongoDB history and the STH aggregates.",
 )
 derived_job = define_asset_job(
     "ngsi_derived_job",
     selection=AssetSelection.assets(message_store).downstream()
     - AssetSelection.assets(*INCREMENT_ASSETS)
     - FRESHNESS_CHECKS,
-    description="Continuous mode: versioned entities, transaction history and STH aggregates of one hour, from "
+    description="Continuous mode: versioned entities and transaction history of one hour, from "
     "what the increments stored so far.",
 )
 
@@ -89,7 +90,7 @@ class ContinuousSettings(VariableSettings):
         300.0,
         gt=0,
         alias="NGSI_DERIVED_INTERVAL_S",
-        description="Seconds between derived runs (versioned entities, history, STH) of an hour in progress.",
+        description="Seconds between derived runs (versioned entities, history) of an hour in progress.",
     )
     # Entities and history spaces a derived run processes at once (the run tag ngsi/side-by-side):
     # one leaves the second core to the increments; a whole-hour run keeps the assets' default.
@@ -350,7 +351,7 @@ LANDING_SENSOR_INTERVAL_S = 1
     minimum_interval_seconds=LANDING_SENSOR_INTERVAL_S,
     default_status=DefaultSensorStatus.RUNNING,
     description="Continuous mode: increments of new landing data through the message store to last data and "
-    "historic tables, derived runs (versioned entities, history, STH) per hour, and whole-hour repairs of "
+    "historic tables, derived runs (versioned entities, history) per hour, and whole-hour repairs of "
     "failed increments.",
 )
 def landing_sensor(context: SensorEvaluationContext, landing: LandingZoneResource) -> Iterator[RunRequest | SkipReason]:

@@ -81,8 +81,8 @@ def test_reports_are_made_on_change_and_every_report_interval() -> None:
 
 def test_the_derived_lanes_assets_get_the_derived_interval_on_top_of_the_limit() -> None:
     limits = asset_limits({"NGSI_FRESHNESS_LIMIT_S": "45", "NGSI_DERIVED_INTERVAL_S": "30"})
-    assert limits["last_data"] == limits["message_store"] == 45
-    assert limits["versioned_entities"] == limits["transaction_history"] == limits["sth_aggregates"] == 75
+    assert limits["last_data"] == limits["message_store"] == limits["sth_aggregates"] == 45
+    assert limits["versioned_entities"] == limits["transaction_history"] == 75
     assert set(limits) == set(FOLLOWED)
     # A lag of 60 s fails last data's check and passes the versioned entities'.
     found = {"last_data": Lag(60.0, "h", 1.0), "versioned_entities": Lag(60.0, "h", 1.0)}

@@ -23,15 +23,25 @@ from pyspark.sql import functions as F
 
 from ngsi_assets.assets.ingest import ngsi_events
 from ngsi_assets.freshness import hours_received, received_metadata
-from ngsi_assets.increments import NEW_INCREMENTS_TAG, FoldPlan
+from ngsi_assets.increments import INCREMENT_TAG, NEW_INCREMENTS_TAG, FoldPlan
 from ngsi_assets.ngsi.sth_config import Resolution, STHConfig
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.sinks.mongo_bulk import existing_collections
-from ngsi_assets.sinks.sth_mongo import ensure_aggregate_indexes, expire_documents, publish_documents
+from ngsi_assets.sinks.sth_mongo import (
+    add_point_updates,
+    ensure_aggregate_indexes,
+    expire_documents,
+    forget_hours,
+    publish_documents,
+    settle_rebuilt,
+    stale_collections,
+)
 from ngsi_assets.transforms.plans import first_rows
 from ngsi_assets.transforms.schemas import NGSI_EVENTS
 from ngsi_assets.transforms.sth import (
+    ACTION_REBUILD,
     ACTION_REJECT,
+    ACTION_UPDATE,
     DOC_COLUMNS,
     ID_COLUMNS,
     REASON_DELETE,
@@ -51,6 +61,7 @@ from ngsi_assets.transforms.sth import (
     documents_of,
     narrowing_filter,
     narrowing_values,
+    point_updates,
     receive_parts,
     rollup_rows,
     sth_name_lookup,
@@ -141,12 +152,11 @@ def _add_batch_rollups(
     that already holds ``MAX_BATCH_ROLLUPS`` batches' files is compacted first, in the same write:
     its rows merged per slot and part into one file (the same documents).
     """
-    # Two consumers (the buckets and narrowing values, the write): computed once.
+    # Two consumers (the buckets, the write): computed once.
     (rows,) = computed_once(rollup_rows(batch_partials, batch_partials))
-    found = collect_small(buckets=rows.select("bucket").distinct(), **narrowing_values(rows))
-    buckets = sorted(r["bucket"] for r in found["buckets"])
+    buckets = sorted(r["bucket"] for r in collect_small(buckets=rows.select("bucket").distinct())["buckets"])
     if not buckets:
-        return [], None
+        return
     files = lake.folder_file_names(ROLLUPS, "bucket", buckets)
     full = [
         b for b, names in files.items() if sum(n.startswith(BATCH_ROLLUPS_PREFIX) for n in names) >= MAX_BATCH_ROLLUPS
@@ -161,7 +171,6 @@ def _add_batch_rollups(
         FolderAdd([(rows, prefix)], ROLLUPS, "bucket", buckets, remove_prefixes=(prefix,), sort_by=ROLLUP_ORDER)
     )
     lake.replace_together(writes)
-    return buckets, narrowing_filter(found)
 
 
 def _drop_unfinished_rollups(session: SparkSession, lake: LakeResource, key: str, plan: FoldPlan) -> None:
@@ -208,9 +217,11 @@ def sth_aggregates(
     rebuilt from its own bucket alone, whatever the history's age, and written whole to MongoDB
     (when `NGSI_MONGO_URL` is set), so reruns and backfills in any order leave the same documents.
 
-    A run tagged `ngsi/new-increments` (continuous mode's derived runs) aggregates only the hour's
-    increments it has not aggregated yet, as partials of their own beside the hour's, and rebuilds
-    only the documents they touch.
+    Continuous mode's increment runs (tagged `ngsi/increment`, or `ngsi/new-increments`) aggregate
+    only the hour's increments not aggregated yet, as partials of their own beside the hour's, and
+    add their samples to the documents in place as Cygnus does (`$inc` of samples, sum, sum2 and
+    occur counts, `$min`, `$max`), exactly once: each collection records the batches it received,
+    and one a dead run left half-updated is rebuilt whole from the rollups by the next batch.
     """
     config = sth.sth_config()
     if sth.mongo_url:
@@ -219,11 +230,13 @@ def sth_aggregates(
     keys = context.partition_keys
     session = spark.spark_session
     now = datetime.now(UTC)
-    new_only = bool(context.run.tags.get(NEW_INCREMENTS_TAG))
+    # Continuous mode's increment runs (and derived runs) aggregate what the hour's ledger does not
+    # name yet: the run's own increment, and any an earlier run did not get to.
+    new_only = bool(context.run.tags.get(NEW_INCREMENTS_TAG) or context.run.tags.get(INCREMENT_TAG))
 
     # Runs of different hours share rollup buckets (a month's, a year's) and documents: one at a time.
     with lake.exclusive(ROLLUPS):
-        plan = FoldPlan.of(lake, keys, PARTIALS, new_only=new_only)
+        plan = FoldPlan.of(lake, keys, PARTIALS, new_only=new_only, outputs=(PARTIALS, REJECTS))
         received = received_metadata(hours_received(lake, plan.contents))
         if plan.todo == []:
             return _nothing_new(config, received)
@@ -257,8 +270,8 @@ class _Checks:
                 check_name="day_samples_equal_hour_samples",
                 passed=self.mismatch_count == 0,
                 severity=AssetCheckSeverity.ERROR,
-                description="For every day whose hour document was rebuilt, the day document's slot counts as "
-                "many samples as the hour document's slots together."
+                description="For every day whose hour document was rebuilt (or updated), the day document's "
+                "slot counts (or gains) as many samples as the hour document's slots together."
                 + ("" if both else " Not applicable: day and hour are not both configured."),
                 metadata={"mismatches": self.mismatch_count, "examples": MetadataValue.json(self.mismatch_examples)},
             ),
@@ -276,8 +289,8 @@ class _Checks:
                 check_name="every_sample_in_aggregates_or_occur",
                 passed=self.unaccounted_count == 0,
                 severity=AssetCheckSeverity.ERROR,
-                description="In every point of every rebuilt document, samples = the numbers aggregated in sum, "
-                "sum2, min and max + the text counted in occur (documents may hold both kinds).",
+                description="In every point of every rebuilt document (or update), samples = the numbers "
+                "aggregated in sum, sum2, min and max + the text counted in occur (documents may hold both kinds).",
                 metadata={
                     "points_not_accounted": self.unaccounted_count,
                     "documents_with_numbers_and_text": self.mixed_count,
@@ -297,8 +310,9 @@ def _materialize(
     plan: FoldPlan,
     received: Mapping[str, MetadataValue],
 ) -> MaterializeResult:
-    """Aggregate the events ``plan`` says (the hours whole, or a batch of increments of one hour),
-    bring the rollups of the hours up to date and rebuild the documents the new partials touch."""
+    """Aggregate the events ``plan`` says (the hours whole, or a batch of increments of one hour) into
+    the lake's partials and rollups, then bring MongoDB up to date: the documents the hours touch
+    rebuilt whole, or the batch's samples added to the documents in place."""
     batch = plan.batch
     if batch is not None:
         _drop_unfinished_rollups(session, lake, keys[0], plan)
@@ -313,10 +327,12 @@ def _materialize(
     deletes = F.when(F.col("reason") == REASON_DELETE, F.lit("delete")).otherwise(F.col("status"))
     by_status = {r["fate"]: int(r["count"]) for r in classified.groupBy(deletes.alias("fate")).count().collect()}
     partials = sth_partials(classified, config.resolutions)
+    both = Resolution.DAY in config.resolutions and Resolution.HOUR in config.resolutions
     if batch is not None:
+        key = keys[0]
         # The batch's own files beside the hour's: partials of one slot from several batches are
         # merged wherever partials are read (``merge_partials``); a rerun replaces exactly them.
-        key, no_rejects = keys[0], not by_status.get(STATUS_REJECTED)
+        no_rejects = not by_status.get(STATUS_REJECTED)
         results(
             side_by_side(
                 [
@@ -329,6 +345,16 @@ def _materialize(
                 workers=2,
             )
         )
+        new_partials = lake.read_increment(session, PARTIALS, STH_PARTIALS, key, batch)
+        if lake.read_dataset_file(ROLLUPS, ROLLUPS_COMPLETE) is not None:
+            _add_batch_rollups(session, lake, batch, new_partials)
+        else:
+            _update_rollups(session, lake, keys, lake.read(session, PARTIALS, STH_PARTIALS, keys))
+        # What the batch adds to each document it touches: checked, then added in place.
+        (updates,) = computed_once(point_updates(new_partials, config, int(now.timestamp() * 1000)))
+        by_database_action, checks = _find(updates, both)
+        publish = _add_batch(session, lake, sth, config, key, now, plan, updates, by_database_action)
+        folded = f"{len(plan.todo or [])} increments"
     else:
         # Hours that hold no partials yet (a new lake, new hours) leave no slot to tombstone: finding
         # the slots that went would aggregate the events a second time, for nothing.
@@ -340,83 +366,164 @@ def _materialize(
                 FolderWrite.hours(partials, PARTIALS, keys),
             ]
         )
-    # The documents the new partials touch (a batch's own, or the hours' with their tombstones).
-    narrowing, every_document = None, False
-    if batch is not None and lake.read_dataset_file(ROLLUPS, ROLLUPS_COMPLETE) is not None:
-        new_partials = lake.read_increment(session, PARTIALS, STH_PARTIALS, keys[0], batch)
-        rollups_built, narrowing = _add_batch_rollups(session, lake, batch, new_partials)
-    else:
         run_partials = lake.read(session, PARTIALS, STH_PARTIALS, keys)
         rollups_built, only_the_run = _update_rollups(session, lake, keys, run_partials)
+        stored = lake.read_folders(session, ROLLUPS, "bucket", rollups_built, schema=STH_ROLLUPS)
+        if stored is None:
+            stored = session.createDataFrame([], STH_ROLLUPS)
         # Rollups of the run's hours alone (a first build, a rebuild from scratch): every document in
         # them is one the run touched, and no join is needed to find them.
-        every_document = only_the_run and batch is None
-        new_partials = (
-            run_partials if batch is None else lake.read_increment(session, PARTIALS, STH_PARTIALS, keys[0], batch)
-        )
-    stored = lake.read_folders(session, ROLLUPS, "bucket", rollups_built, schema=STH_ROLLUPS)
-    if stored is None:
-        stored = session.createDataFrame([], STH_ROLLUPS)
-    elif narrowing is not None:
-        stored = stored.where(narrowing)
-    if not every_document:
-        stored = documents_of(stored, new_partials.select(*DOC_COLUMNS).distinct())
-    documents = build_documents(stored, config, int(now.timestamp() * 1000), order="part")
-    (documents,) = computed_once(documents)
-    both = Resolution.DAY in config.resolutions and Resolution.HOUR in config.resolutions
-    by_database_action, checks = _find(documents, both)
+        elif not only_the_run:
+            stored = documents_of(stored, run_partials.select(*DOC_COLUMNS).distinct())
+        (documents,) = computed_once(build_documents(stored, config, int(now.timestamp() * 1000), order="part"))
+        by_database_action, checks = _find(documents, both)
+        publish = _replace_whole(sth, config, keys, now, documents, by_database_action)
+        folded = "whole"
     by_action: dict[str, int] = {}
     for r in by_database_action:
         by_action[r["action"]] = by_action.get(r["action"], 0) + int(r["count"])
-
-    publish: dict[str, object]
-    if sth.mongo_url:
-        # Ping first: an unreachable server fails the run with a clear message before Spark starts writing.
-        # Collections that exist already have their index: only new ones get it (one call each).
-        databases = {r["database"] for r in by_database_action}
-        with MongoResource(url=sth.mongo_url).client() as client:
-            before = existing_collections(client, databases)
-        written = publish_documents(documents, sth.mongo_url, config)
-        with MongoResource(url=sth.mongo_url).client() as client:
-            ensure_aggregate_indexes(client, set(written) - before, config)
-            expired = expire_documents(client, config, now)
-        per_collection = {
-            f"{db}.{coll}": {"replaced": rep, "deleted": dele}
-            for (db, coll), (rep, dele) in sorted(written.items())[:MAX_LISTED_COLLECTIONS]
-        }
-        publish = {
-            "published": True,
-            "collections_written": len(written),
-            "documents_replaced": sum(v[0] for v in written.values()),
-            "documents_deleted": sum(v[1] for v in written.values()),
-            "documents_written_per_collection": MetadataValue.json(per_collection),
-            "documents_expired": sum(expired.values()),
-        }
-    else:
-        publish = {
-            "published": False,
-            "publish_skipped": "MongoDB not configured (set NGSI_MONGO_URL): lake aggregates only",
-        }
-
-    reject_rows = by_status.get(STATUS_REJECTED, 0)
     return MaterializeResult(
         metadata={
             "events": sum(by_status.values()),
             "samples": by_status.get(STATUS_SAMPLE, 0),
             "skipped_null_or_white_space": by_status.get(STATUS_SKIPPED, 0),
             "skipped_entity_deletes": by_status.get("delete", 0),
-            "rejects": reject_rows,
+            "rejects": by_status.get(STATUS_REJECTED, 0),
             "documents_touched": sum(by_action.values()),
             "documents_by_action": MetadataValue.json(by_action),
             "documents_with_numbers_and_text": checks.mixed_count,
             "resolutions": ",".join(r.value for r in config.resolutions),
             "data_model": config.data_model.value,
-            "folded": "whole" if batch is None else f"{len(plan.todo or [])} increments",
+            "folded": folded,
             **received,
             **publish,
         },
         check_results=checks.results(both),
     )
+
+
+def _not_published() -> dict[str, object]:
+    return {"published": False, "publish_skipped": "MongoDB not configured (set NGSI_MONGO_URL): lake aggregates only"}
+
+
+def _replace_whole(
+    sth: STHSinkResource,
+    config: STHConfig,
+    keys: list[str],
+    now: datetime,
+    documents: DataFrame,
+    by_database_action: list[Row],
+) -> dict[str, object]:
+    """Replace (or delete) the rebuilt documents in MongoDB and expire the old ones; the hours' ledger
+    entries of batches go (the documents now hold every sample of the hours)."""
+    if not sth.mongo_url:
+        return _not_published()
+    # Ping first: an unreachable server fails the run with a clear message before Spark starts writing.
+    # Collections that exist already have their index: only new ones get it (one call each).
+    databases = {r["database"] for r in by_database_action}
+    with MongoResource(url=sth.mongo_url).client() as client:
+        before = existing_collections(client, databases)
+    written = publish_documents(documents, sth.mongo_url, config)
+    with MongoResource(url=sth.mongo_url).client() as client:
+        ensure_aggregate_indexes(client, set(written) - before, config)
+        forget_hours(client, databases, keys)
+        expired = expire_documents(client, config, now)
+    per_collection = {
+        f"{db}.{coll}": {"replaced": rep, "deleted": dele}
+        for (db, coll), (rep, dele) in sorted(written.items())[:MAX_LISTED_COLLECTIONS]
+    }
+    return {
+        "published": True,
+        "collections_written": len(written),
+        "documents_replaced": sum(v[0] for v in written.values()),
+        "documents_deleted": sum(v[1] for v in written.values()),
+        "documents_written_per_collection": MetadataValue.json(per_collection),
+        "documents_expired": sum(expired.values()),
+    }
+
+
+def _add_batch(
+    session: SparkSession,
+    lake: LakeResource,
+    sth: STHSinkResource,
+    config: STHConfig,
+    key: str,
+    now: datetime,
+    plan: FoldPlan,
+    updates: DataFrame,
+    by_database_action: list[Row],
+) -> dict[str, object]:
+    """Add the batch's samples to the documents in MongoDB (``add_point_updates``), exactly once.
+
+    First the collections a dead run left unfinished (``stale_collections``) and those holding a
+    document that point updates cannot express (``ACTION_REBUILD``) have the hour's documents rebuilt
+    whole from the rollups, which already hold the batch: they are marked as having it, and its
+    updates skip them. The hour's first batch also expires the documents past ``data_expiration``.
+    """
+    if not sth.mongo_url:
+        return _not_published()
+    assert plan.folded is not None and plan.batch is not None
+    batch = plan.batch
+    databases = {r["database"] for r in by_database_action}
+    with MongoResource(url=sth.mongo_url).client() as client:
+        before = existing_collections(client, databases)
+        stale = stale_collections(client, databases, key, plan.folded.batches)
+    whole = {
+        (r["database"], r["collection"])
+        for r in collect_small(
+            whole=updates.where(F.col("action") == ACTION_REBUILD).select("database", "collection").distinct()
+        )["whole"]
+    }
+    rebuild = {**{c: [] for c in whole}, **stale}
+    rebuilt = _rebuild_collections(session, lake, sth.mongo_url, config, key, now, sorted(rebuild)) if rebuild else 0
+    if rebuild:
+        with MongoResource(url=sth.mongo_url).client() as client:
+            settle_rebuilt(client, rebuild, key, batch)
+    added = add_point_updates(updates.where(F.col("action") == ACTION_UPDATE), sth.mongo_url, config, key, batch)
+    with MongoResource(url=sth.mongo_url).client() as client:
+        ensure_aggregate_indexes(client, (set(added) | set(rebuild)) - before, config)
+        expired = expire_documents(client, config, now) if not plan.folded.batches else {}
+    per_collection = {f"{db}.{coll}": counts for (db, coll), counts in sorted(added.items())[:MAX_LISTED_COLLECTIONS]}
+    return {
+        "published": True,
+        "collections_written": len(set(added) | set(rebuild)),
+        "documents_updated": sum(c.get("updated", 0) for c in added.values()),
+        "documents_rejected_by_mongodb": sum(c.get("rejected", 0) for c in added.values()),
+        "collections_already_holding_the_batch": sum(1 for c in added.values() if "already" in c),
+        "collections_rebuilt_whole": len(rebuild),
+        "documents_rebuilt_whole": rebuilt,
+        "documents_updated_per_collection": MetadataValue.json(per_collection),
+        "documents_expired": sum(expired.values()),
+    }
+
+
+def _rebuild_collections(
+    session: SparkSession,
+    lake: LakeResource,
+    url: str,
+    config: STHConfig,
+    key: str,
+    now: datetime,
+    collections: list[tuple[str, str]],
+) -> int:
+    """Replace the hour's documents of ``collections`` with their whole rebuild from the rollups; how
+    many were written."""
+    wanted = functools.reduce(
+        Column.__or__, [(F.col("database") == db) & (F.col("collection") == coll) for db, coll in collections]
+    )
+    keys = lake.read(session, PARTIALS, STH_PARTIALS, [key]).where(wanted).select(*DOC_COLUMNS).distinct()
+    found = collect_small(buckets=keys.select(bucket_of().alias("bucket")).distinct(), **narrowing_values(keys))
+    stored = lake.read_folders(
+        session, ROLLUPS, "bucket", sorted(r["bucket"] for r in found["buckets"]), schema=STH_ROLLUPS
+    )
+    if stored is None:
+        return 0
+    narrowing = narrowing_filter(found)
+    if narrowing is not None:
+        stored = stored.where(narrowing)
+    documents = build_documents(documents_of(stored, keys), config, int(now.timestamp() * 1000), order="part")
+    written = publish_documents(documents, url, config)
+    return sum(replaced + deleted for replaced, deleted in written.values())
 
 
 def _find(documents: DataFrame, both: bool) -> tuple[list[Row], _Checks]:

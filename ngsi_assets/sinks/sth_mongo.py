@@ -1,8 +1,20 @@
-"""STH documents -> MongoDB: whole documents replaced (or deleted) by ``_id``, bulk writes from executors.
+"""STH documents -> MongoDB, from executors: whole documents replaced (or deleted) by ``_id``, or a
+batch's point updates added in place.
 
-Every document is written whole with ``replace_one(upsert=True)`` (never ``$inc``), its fields in
-one fixed order (``_id``, ``attrType``, ``points``; points by offset; occur keys sorted), so the
-stored bytes depend only on the aggregates in the lake, whatever order hours were run in.
+A whole-hour run writes every document it touches whole with ``replace_one(upsert=True)``, its
+fields in one fixed order (``_id``, ``attrType``, ``points``; points by offset; occur keys sorted),
+so the stored bytes depend only on the aggregates in the lake, whatever order hours were run in.
+
+A continuous increment (a batch of an hour's increments) adds its samples to the documents in place,
+as Cygnus's ``MongoBackendImpl`` does per notification: the document prepopulated if new
+(``$setOnInsert`` of every point of the range), then ``$inc`` of the points' samples, sum, sum2
+and occur counts, ``$min``/``$max`` of min and max, ``$set`` of attrType. Those updates are not
+idempotent, so each collection records the batches it received (``INCREMENTS_LEDGER``, one entry
+per collection, hour and batch): marked ``applying`` before the collection's updates and ``done``
+after them. A collection whose entry says ``done`` is skipped (a rerun adds nothing twice); one
+left ``applying`` by a run that died, or ``done`` for a batch the lake's ledger never named (the run
+died after MongoDB had it), is rebuilt whole from the lake's rollups by the next batch of the hour
+(``stale_collections``), which holds every sample the dead run had.
 
 Writes run in Spark executors (``on_each_partition``, a ``mapInArrow``): each task opens its own
 client from a plain URL, groups its rows by collection and sends ordered-free bulk writes of
@@ -14,11 +26,13 @@ come back to the driver.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from pymongo import DeleteOne, MongoClient, ReplaceOne
+from pymongo import DeleteOne, MongoClient, ReplaceOne, UpdateOne
+from pymongo.errors import BulkWriteError, PyMongoError
 from pyspark.sql import DataFrame
 
 from ngsi_assets.ngsi.sth_config import DataModel, STHConfig
@@ -30,8 +44,15 @@ from ngsi_assets.ngsi.sth_naming import (
     encode_database_old,
     id_fields,
 )
-from ngsi_assets.sinks.mongo_bulk import MongoWriteError, run_by_collection, with_retries, write_by_collection
-from ngsi_assets.transforms.sth import ACTION_DELETE, ACTION_UPSERT
+from ngsi_assets.sinks.mongo_bulk import (
+    MongoWriteError,
+    connect,
+    run_by_collection,
+    with_retries,
+    write_by_collection,
+)
+from ngsi_assets.transforms.partitioning import cluster_by
+from ngsi_assets.transforms.sth import ACTION_DELETE, ACTION_UPDATE, ACTION_UPSERT
 
 _ID_COLUMN = {"entityId": "idEntityId", "entityType": "idEntityType", "attrName": "idAttrName"}
 
@@ -112,6 +133,185 @@ def publish_documents(documents: DataFrame, url: str, config: STHConfig) -> dict
     )
     summed = run_by_collection(todo, lambda rows: write_partition(rows, url, config))
     return {key: (tally["replaced"], tally["deleted"]) for key, tally in summed.items()}
+
+
+# Where each STH database records the batches its collections received (see the module's docstring):
+# one small document per (collection, hour, batch); a whole-hour run removes its hours' entries.
+INCREMENTS_LEDGER = "ngsi_assets_sth_increments"
+APPLYING = "applying"
+DONE = "done"
+# The server refuses an update that would take a document over 16 MiB: the document is left as it was,
+# as a whole rebuild leaves a document it rejects for its size.
+TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
+
+
+class STHIncrementError(STHPublishError):
+    """A batch's point updates to a collection failed part way: the collection is left ``applying``,
+    and the next batch of the hour rebuilds its documents whole."""
+
+
+def ledger_id(collection: str, hour: str, batch: str) -> str:
+    return f"{collection}|{hour}|{batch}"
+
+
+def _ledger_entry(collection: str, hour: str, batch: str, state: str, **counts: int) -> dict[str, Any]:
+    return {"collection": collection, "hour": hour, "batch": batch, "state": state, "at": datetime.now(UTC), **counts}
+
+
+def prepopulated(row: Mapping[str, Any], numeric: bool, text: bool) -> list[dict[str, Any]]:
+    """Every point of the range, empty: what Cygnus's ``buildPrepopulatedPoints`` inserts, with the
+    fields of the kinds given (a document with both kinds carries both in every point)."""
+    points = []
+    for offset in range(int(row["first"]), int(row["last"]) + 1):
+        point: dict[str, Any] = {"offset": offset, "samples": 0}
+        if numeric:
+            point.update(sum=0.0, sum2=0.0, min=float("inf"), max=float("-inf"))
+        if text:
+            point["occur"] = {}
+        points.append(point)
+    return points
+
+
+def _shape_ops(doc_id: dict[str, Any], row: Mapping[str, Any]) -> list[UpdateOne]:
+    """The document prepopulated if new, and its points given the fields of a kind the batch brings
+    that it had none of (a number after text only, or the reverse). Idempotent: safe to send again."""
+    ops = [
+        UpdateOne(
+            {"_id": doc_id},
+            {"$setOnInsert": {"attrType": row["attrType"], "points": prepopulated(row, row["numeric"], row["text"])}},
+            upsert=True,
+        )
+    ]
+    count = int(row["last"]) - int(row["first"]) + 1
+    if row["numeric"]:
+        empty = {"sum": 0.0, "sum2": 0.0, "min": float("inf"), "max": float("-inf")}
+        fields = {f"points.{i}.{k}": v for i in range(count) for k, v in empty.items()}
+        ops.append(UpdateOne({"_id": doc_id, "points.0.sum": {"$exists": False}}, {"$set": fields}))
+    if row["text"]:
+        fields = {f"points.{i}.occur": {} for i in range(count)}
+        ops.append(UpdateOne({"_id": doc_id, "points.0.occur": {"$exists": False}}, {"$set": fields}))
+    return ops
+
+
+def point_update(doc_id: dict[str, Any], row: Mapping[str, Any]) -> UpdateOne:
+    """The batch's samples added to the stored points (a row of ``point_updates``)."""
+    inc: dict[str, Any] = {}
+    low: dict[str, float] = {}
+    high: dict[str, float] = {}
+    for p in row["points"]:
+        at = f"points.{int(p['offset']) - int(row['first'])}"
+        inc[f"{at}.samples"] = int(p["samples"])
+        if p["numSamples"]:
+            inc[f"{at}.sum"] = float(p["sum"])
+            inc[f"{at}.sum2"] = float(p["sum2"])
+            low[f"{at}.min"] = float(p["min"])
+            high[f"{at}.max"] = float(p["max"])
+        for key, n in sorted((p["occur"] or {}).items()):
+            inc[f"{at}.occur.{key}"] = int(n)
+    update: dict[str, Any] = {"$set": {"attrType": row["attrType"]}, "$inc": inc}
+    if low:
+        update["$min"] = low
+        update["$max"] = high
+    return UpdateOne({"_id": doc_id}, update)
+
+
+def _add_points(collection: Any, rows: list[dict[str, Any]], target: str, config: STHConfig) -> dict[str, int]:  # noqa: ANN401
+    """Send a collection's point updates: the idempotent shaping first (retried as any write), then
+    the additions, each once (a transient failure part way raises ``STHIncrementError``)."""
+    ids = [document_id(r, config.data_model) for r in rows]
+    shape = [op for doc_id, row in zip(ids, rows, strict=True) for op in _shape_ops(doc_id, row)]
+    for start in range(0, len(shape), config.batch_size):
+        chunk = shape[start : start + config.batch_size]
+        with_retries(
+            lambda chunk=chunk: collection.bulk_write(chunk, ordered=True), target, config, error=STHPublishError
+        )
+    updates = [point_update(doc_id, row) for doc_id, row in zip(ids, rows, strict=True)]
+    rejected = 0
+    for start in range(0, len(updates), config.batch_size):
+        try:
+            collection.bulk_write(updates[start : start + config.batch_size], ordered=False)
+        except BulkWriteError as exc:
+            errors = exc.details.get("writeErrors", [])
+            other = [e for e in errors if e.get("code") not in TOO_LARGE_CODES]
+            if other:
+                raise STHIncrementError(f"point updates to {target} failed: {other[0].get('errmsg', exc)}") from exc
+            rejected += len(errors)
+        except PyMongoError as exc:
+            raise STHIncrementError(
+                f"point updates to {target} failed part way ({exc}): the next batch of the hour rebuilds its documents"
+            ) from exc
+    return {"updated": len(updates) - rejected, "rejected": rejected}
+
+
+def add_partition(
+    rows: Iterable[Any], url: str, config: STHConfig, hour: str, batch: str
+) -> Iterator[tuple[str, str, dict[str, int]]]:
+    """Add one Spark partition's point updates (rows of ``point_updates``, every row of a collection in
+    this partition, grouped by collection): per collection, its ledger entry checked, marked
+    ``applying``, the updates sent, the entry marked ``done``. Yields (database, collection, counts)."""
+    dicts = (r.asDict(recursive=True) for r in rows)
+    with connect(url, "ngsi-assets-sth") as client:
+        for (database, name), group in itertools.groupby(dicts, key=lambda r: (r["database"], r["collection"])):
+            docs = [r for r in group if r["action"] == ACTION_UPDATE]
+            ledger = client[database][INCREMENTS_LEDGER]
+            key = ledger_id(name, hour, batch)
+            entry = ledger.find_one({"_id": key}, {"state": 1})
+            if entry is not None and entry.get("state") == DONE:
+                yield database, name, {"already": len(docs)}
+                continue
+            ledger.replace_one({"_id": key}, _ledger_entry(name, hour, batch, APPLYING), upsert=True)
+            counts = _add_points(client[database][name], docs, f"{database}.{name}", config) if docs else {}
+            ledger.replace_one({"_id": key}, _ledger_entry(name, hour, batch, DONE, **counts))
+            yield database, name, counts
+
+
+def add_point_updates(
+    updates: DataFrame, url: str, config: STHConfig, hour: str, batch: str
+) -> dict[tuple[str, str], dict[str, int]]:
+    """Add a batch's point updates (rows of ``point_updates``) to MongoDB, from the executors; counts
+    per (database, collection): ``updated``, ``rejected`` (over 16 MiB), ``already`` (the collection
+    had the batch). Every collection's rows go to one task (its ledger entry covers them all)."""
+    rows = cluster_by(updates, "database", "collection").sortWithinPartitions("database", "collection")
+    summed = run_by_collection(rows, lambda part: add_partition(part, url, config, hour, batch))
+    return {key: dict(tally) for key, tally in summed.items()}
+
+
+def stale_collections(
+    client: MongoClient, databases: Iterable[str], hour: str, finished: Iterable[str]
+) -> dict[tuple[str, str], list[str]]:
+    """Per (database, collection), the ledger entries of ``hour`` that a run left unfinished: marked
+    ``applying``, or naming a batch not among ``finished`` (the batches the lake's ledger names).
+
+    The entries of finished batches are removed on the way: the lake's ledger keeps their increments
+    from being folded again, so they have nothing left to tell (the ledger holds about one batch's
+    entries per hour)."""
+    done = set(finished)
+    out: dict[tuple[str, str], list[str]] = {}
+    for database in sorted(databases):
+        ledger = client[database][INCREMENTS_LEDGER]
+        if done:
+            ledger.delete_many({"hour": hour, "state": DONE, "batch": {"$in": sorted(done)}})
+        for entry in ledger.find({"hour": hour}):
+            if entry.get("state") != DONE or entry.get("batch") not in done:
+                out.setdefault((database, entry["collection"]), []).append(entry["_id"])
+    return out
+
+
+def settle_rebuilt(client: MongoClient, rebuilt: Mapping[tuple[str, str], list[str]], hour: str, batch: str) -> None:
+    """After the collections' documents were rebuilt whole (with ``batch`` in them): each marked as
+    having the batch, and the stale entries gone."""
+    for (database, name), stale in sorted(rebuilt.items()):
+        ledger = client[database][INCREMENTS_LEDGER]
+        key = ledger_id(name, hour, batch)
+        ledger.replace_one({"_id": key}, _ledger_entry(name, hour, batch, DONE, rebuilt=1), upsert=True)
+        ledger.delete_many({"_id": {"$in": [s for s in stale if s != key]}})
+
+
+def forget_hours(client: MongoClient, databases: Iterable[str], hours: Iterable[str]) -> None:
+    """A whole-hour run rewrote the hours' documents: their ledger entries say nothing any more."""
+    keys = sorted(hours)
+    for database in sorted(databases):
+        client[database][INCREMENTS_LEDGER].delete_many({"hour": {"$in": keys}})
 
 
 AGGREGATE_INDEX = "cyg_agg_opt"

@@ -54,6 +54,12 @@ MAX_DOCUMENT_BYTES = 16 * 1024 * 1024 - 16 * 1024
 ACTION_UPSERT = "upsert"
 ACTION_DELETE = "delete"
 ACTION_REJECT = "reject"
+# A batch's point updates (``point_updates``): added to the stored document in place, left out
+# (its origin has expired), or the document rebuilt whole from the rollups (a text value that a
+# field path cannot name: the empty string).
+ACTION_UPDATE = "update"
+ACTION_EXPIRED = "expired"
+ACTION_REBUILD = "rebuild"
 
 _NAMES = StructType(
     [StructField("database", StringType()), StructField("collection", StringType()), StructField("error", StringType())]
@@ -502,20 +508,8 @@ def build_documents(partials: DataFrame, config: STHConfig, now_ms: int, order: 
         F.map_from_entries(F.collect_list(F.struct(F.col("offset"), point_in))).alias("_pm"),
         F.max("latest").alias("latest"),
     )
-    res = F.col("resolution")
-    lo = F.lit(0)
-    hi = F.lit(0)
-    rng = F.lit(None).cast("string")
-    for r in config.resolutions:
-        lo = F.when(res == r.value, F.lit(SLOTS[r][0])).otherwise(lo)
-        hi = F.when(res == r.value, F.lit(SLOTS[r][1])).otherwise(hi)
-        rng = F.when(res == r.value, F.lit(RANGES[r])).otherwise(rng)
-    # Partials of a resolution no longer configured still name it: give its real slots and range.
-    for r in Resolution:
-        if r not in config.resolutions:
-            lo = F.when(res == r.value, F.lit(SLOTS[r][0])).otherwise(lo)
-            hi = F.when(res == r.value, F.lit(SLOTS[r][1])).otherwise(hi)
-            rng = F.when(res == r.value, F.lit(RANGES[r])).otherwise(rng)
+    # Partials of a resolution no longer configured still name it: they get its real slots and range.
+    lo, hi, rng = _slot_bounds(config)
     numeric = F.col("numSamples") > 0
 
     def point(o: Column) -> Column:
@@ -574,6 +568,71 @@ def build_documents(partials: DataFrame, config: STHConfig, now_ms: int, order: 
         ),
     )
     return out.select(*STH_DOCUMENTS.fieldNames())
+
+
+def _slot_bounds(config: STHConfig) -> tuple[Column, Column, Column]:
+    """The first and last offset and the range of a row's ``resolution`` (configured or not)."""
+    res = F.col("resolution")
+    lo, hi, rng = F.lit(0), F.lit(0), F.lit(None).cast("string")
+    for r in (*config.resolutions, *[r for r in Resolution if r not in config.resolutions]):
+        lo = F.when(res == r.value, F.lit(SLOTS[r][0])).otherwise(lo)
+        hi = F.when(res == r.value, F.lit(SLOTS[r][1])).otherwise(hi)
+        rng = F.when(res == r.value, F.lit(RANGES[r])).otherwise(rng)
+    return lo, hi, rng
+
+
+def point_updates(partials: DataFrame, config: STHConfig, now_ms: int) -> DataFrame:
+    """One row per document a batch's partials touch: what the batch adds to it (DOC_COLUMNS, range,
+    first, last, attrType, numeric, text, points as in ``build_documents``, action).
+
+    ``points`` holds only the slots the batch has samples in, merged per slot (``merge_partials``),
+    by offset; ``first`` and ``last`` are the range's offsets (a point's index in the stored array
+    is its offset - ``first``). ``numeric`` and ``text`` say which kinds the batch brings, and
+    ``attrType`` is its newest sample's. Added to a document with ``$inc`` (samples, sum, sum2,
+    occur counts), ``$min`` and ``$max``, they give what ``build_documents`` gives from all the
+    slot's rows, as Cygnus's per-notification updates do. ``action``: ``update``; ``expired`` (the
+    origin is older than ``data_expiration`` before ``now_ms``: not written, as a whole rebuild
+    deletes it); ``rebuild`` (a text value is the empty string, which no field path names: the
+    document is rebuilt whole instead).
+    """
+    per_slot = merge_partials(partials).where(F.col("samples") > 0)
+    point = F.struct(
+        F.col("offset").cast("int").alias("offset"),
+        "samples",
+        "sum",
+        "sum2",
+        F.coalesce(F.col("min"), F.lit(float("inf"))).alias("min"),
+        F.coalesce(F.col("max"), F.lit(float("-inf"))).alias("max"),
+        "occur",
+        "numSamples",
+    )
+    by_offset = F.array_sort(
+        F.collect_list(point),
+        lambda a, b: F.when(a["offset"] < b["offset"], -1).when(a["offset"] > b["offset"], 1).otherwise(0),
+    )
+    docs = per_slot.groupBy(*DOC_COLUMNS).agg(
+        by_offset.alias("points"),
+        (F.sum("numSamples") > 0).alias("numeric"),
+        (F.sum("samples") > F.sum("numSamples")).alias("text"),
+        F.max("latest").alias("latest"),
+    )
+    lo, hi, rng = _slot_bounds(config)
+    expired = (
+        F.col("origin") < F.lit(now_ms - config.data_expiration * 1000) if config.data_expiration > 0 else F.lit(False)
+    )
+    unnamed = F.exists("points", lambda p: F.array_contains(F.map_keys(p["occur"]), F.lit("")))
+    action = F.when(expired, F.lit(ACTION_EXPIRED)).when(unnamed, F.lit(ACTION_REBUILD)).otherwise(F.lit(ACTION_UPDATE))
+    return docs.select(
+        *DOC_COLUMNS,
+        rng.alias("range"),
+        lo.cast("int").alias("first"),
+        hi.cast("int").alias("last"),
+        F.col("latest.attrType").alias("attrType"),
+        "numeric",
+        "text",
+        "points",
+        action.alias("action"),
+    )
 
 
 def day_hour_mismatches(documents: DataFrame) -> DataFrame:

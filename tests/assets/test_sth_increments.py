@@ -6,7 +6,9 @@ uninterrupted one."""
 
 from __future__ import annotations
 
+import json
 import random
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +16,8 @@ from typing import Any
 
 import pymongo
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -21,11 +25,13 @@ from ngsi_assets.assets import sth as sth_module
 from ngsi_assets.assets.ingest import message_store, ngsi_events
 from ngsi_assets.assets.sth import BATCH_ROLLUPS_PREFIX, PARTIALS, REJECTS, ROLLUPS, sth_aggregates
 from ngsi_assets.increments import FOLDED_FILE
+from ngsi_assets.ngsi.envelope import Envelope
 from ngsi_assets.ngsi.sth_config import STHConfig
+from ngsi_assets.sinks import sth_mongo
 from ngsi_assets.transforms.sth import STH_PARTIALS, STH_REJECTS, STH_ROLLUPS, build_documents, merge_partials
 from resources.lake import LakeResource
 from resources.sth_mongo import STHSinkResource
-from tests.assets.test_derived_increments import HOUR_KEY, Lake, _norm, _notification
+from tests.assets.test_derived_increments import HOUR_KEY, T0, Lake, _norm, _notification
 from tests.assets.test_increments import land, split_into_increments
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -88,7 +94,8 @@ def test_batches_of_increments_equal_the_whole_hour(spark: SparkSession, tmp_pat
             if n == len(increments) - 1 or rng.random() < 0.5:
                 runs.append(_derived(p))
         folds = [r["folded"] for r in runs]
-        assert folds[0] == "whole" and all(f.endswith("increments") for f in folds[1:]), folds
+        # The hour's first batch too (on top of an hour nothing was aggregated of).
+        assert all(f.endswith("increments") for f in folds), folds
         assert len(folds) > 1, folds
         assert sum(int(r["events"]) for r in runs) == events, folds
         assert sth_tables(spark, p.lake) == expected, f"split {seed}: {folds}"
@@ -115,7 +122,7 @@ def test_buckets_with_too_many_batches_files_are_compacted(
         p.run([message_store, ngsi_events], inc)
         folds.append(_derived(p)["folded"])
         assert max(batch_rollup_files(p.lake).values(), default=0) <= 1, folds
-    assert folds[0] == "whole" and folds[1:] == ["1 increments"] * 4, folds
+    assert folds == ["1 increments"] * 5, folds
     assert sth_tables(spark, p.lake) == expected
 
 
@@ -155,6 +162,8 @@ def _documents(url: str, prefix: str) -> dict[tuple[str, str, str], dict]:
             if not db.startswith(prefix):
                 continue
             for coll in client[db].list_collection_names():
+                if not coll.endswith(".aggr"):
+                    continue  # the ledger of the batches each collection received
                 for doc in client[db][coll].find():
                     out[(db[len(prefix) :], coll, repr(_norm(doc["_id"])))] = _norm(doc)
     return out
@@ -173,7 +182,7 @@ def test_killed_batches_are_redone_and_mongodb_holds_the_whole_hours_documents(
     p = Lake(tmp_path, "killed", STHSinkResource(mongo_url=mongo_url, db_prefix=split_prefix))
     a, b, c, d, e, f = split_into_increments(p.landing, random.Random(5), parts=6)
     p.run([message_store, ngsi_events], a)
-    assert _derived(p)["folded"] == "whole"
+    assert _derived(p)["folded"] == "1 increments"
     p.run([message_store, ngsi_events], b)
 
     real_together = LakeResource.replace_together
@@ -220,3 +229,132 @@ def test_killed_batches_are_redone_and_mongodb_holds_the_whole_hours_documents(
     whole_docs, split_docs = _documents(mongo_url, whole_prefix), _documents(mongo_url, split_prefix)
     assert len(whole_docs) > 20
     assert split_docs == whole_docs
+
+
+def _mixed(i: int) -> Envelope:
+    """Car i % 4: a speed in quarters (its sums and squares exact in binary, so additions in any
+    order give the same bits), a state as text ("a.b$" every fifth: escaped keys), a level that is
+    sometimes "n/a" (a document with numbers and text); every seventh message late by 2 minutes
+    (its TimeInstant), and some in the next minute's slot."""
+    car = f"Car{i % 4}"
+    when = (T0 + i * 5_000 - (120_000 if i % 7 == 3 else 0)) / 1000
+    stamp = {"type": "DateTime", "value": f"2026-03-01T10:{int(when % 3600) // 60:02d}:{when % 60:06.3f}Z"}
+    level: Any = "n/a" if i % 4 == 1 else i * 0.5
+    entity = {
+        "id": car,
+        "type": "Car",
+        "speed": {"type": "Number", "value": (i % 13) * 0.25 - 1, "metadata": {}},
+        "state": {"type": "Text", "value": "a.b$" if i % 5 == 0 else ("ok" if i % 2 else "stop"), "metadata": {}},
+        "level": {"type": "Number", "value": level, "metadata": {}},
+        "TimeInstant": stamp,
+    }
+    body = json.dumps({"subscriptionId": "s1", "data": [entity]}).encode()
+    return Envelope(f"m{i:04d}", T0 + i * 10, "ngsi-v2", "normalized", "vehicles", "/4wheels", None, None, None,
+                    "test", body)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def mixed_hour(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, mongo_url: str) -> Iterator[dict]:
+    """The hour of ``_mixed`` landed once, one whole-hour run of it (lake and MongoDB), and the
+    documents that run wrote."""
+    root = tmp_path_factory.mktemp("sth-mixed")
+    land(root / "landing", 48, _mixed)
+    prefix = f"w{uuid.uuid4().hex[:6]}_"
+    expected, _ = _whole(spark, root, STHSinkResource(mongo_url=mongo_url, db_prefix=prefix))
+    documents = _documents(mongo_url, prefix)
+    assert len(documents) > 40
+    yield {"root": root, "tables": expected, "documents": documents}
+    _drop(mongo_url, prefix)
+
+
+def _drop(url: str, prefix: str) -> None:
+    with pymongo.MongoClient(url, serverSelectionTimeoutMS=10_000) as client:
+        for name in client.list_database_names():
+            if name.startswith(prefix):
+                client.drop_database(name)
+
+
+def _dies_part_way(url: str, part_way: bool) -> Any:  # noqa: ANN401
+    """``add_point_updates`` that adds the batch to half its collections, then (``part_way``) some of
+    one more collection's documents with the collection marked applying, and dies."""
+    real = sth_module.add_point_updates
+
+    def add(updates: DataFrame, url_: str, config: STHConfig, hour: str, batch: str) -> Any:  # noqa: ANN401
+        names = sorted({(r["database"], r["collection"]) for r in updates.select("database", "collection").collect()})
+        half = names[: len(names) // 2]
+        chosen = F.lit(False)
+        for db, coll in half:
+            chosen = chosen | ((F.col("database") == db) & (F.col("collection") == coll))
+        real(updates.where(chosen), url_, config, hour, batch)
+        if part_way and len(names) > len(half):
+            db, coll = names[len(half)]
+            rows = [r.asDict(recursive=True) for r in updates.where(
+                (F.col("database") == db) & (F.col("collection") == coll)).collect()]  # fmt: skip
+            with pymongo.MongoClient(url) as client:
+                client[db][sth_mongo.INCREMENTS_LEDGER].replace_one(
+                    {"_id": sth_mongo.ledger_id(coll, hour, batch)},
+                    {"collection": coll, "hour": hour, "batch": batch, "state": sth_mongo.APPLYING},
+                    upsert=True,
+                )
+                first = rows[: max(1, len(rows) // 2)]
+                sth_mongo._add_points(client[db][coll], first, f"{db}.{coll}", config)
+        raise RuntimeError("killed")
+
+    return add
+
+
+@settings(
+    max_examples=4,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    seed=st.integers(0, 10_000),
+    parts=st.integers(3, 6),
+    retried=st.integers(0, 5),
+    killed=st.integers(0, 5),
+    part_way=st.booleans(),
+)
+def test_any_split_with_retries_and_a_kill_gives_the_whole_hours_documents(
+    spark: SparkSession,
+    mongo_url: str,
+    mixed_hour: dict,
+    monkeypatch: pytest.MonkeyPatch,
+    seed: int,
+    parts: int,
+    retried: int,
+    killed: int,
+    part_way: bool,
+) -> None:
+    """Continuous mode's increment runs add each batch's samples to the documents in MongoDB in place:
+    whatever the split of the hour into increments, with one increment run twice and one run killed
+    after MongoDB took part of its batch (some collections whole, one part way), the lake and the
+    documents in MongoDB equal one whole-hour run's."""
+    prefix = f"s{uuid.uuid4().hex[:6]}_"
+    p = Lake(mixed_hour["root"], f"split-{prefix}", STHSinkResource(mongo_url=mongo_url, db_prefix=prefix))
+    try:
+        increments = split_into_increments(p.landing, random.Random(seed), parts=parts)
+        retried, killed = retried % parts, killed % parts
+        runs = []
+        for n, inc in enumerate(increments):
+            if n == killed:
+                with monkeypatch.context() as m:
+                    m.setattr(sth_module, "add_point_updates", _dies_part_way(mongo_url, part_way))
+                    with pytest.raises(Exception, match="killed"):
+                        p.run([message_store, ngsi_events, sth_aggregates], inc, node="sth_aggregates")
+                if n == parts - 1:  # the last increment: its run is retried
+                    runs.append(p.run([message_store, ngsi_events, sth_aggregates], inc, node="sth_aggregates"))
+                continue
+            runs.append(p.run([message_store, ngsi_events, sth_aggregates], inc, node="sth_aggregates"))
+            if n == retried:
+                again = p.run([message_store, ngsi_events, sth_aggregates], inc, node="sth_aggregates")
+                assert again["folded"] == "nothing new"
+        # The killed batch had documents in MongoDB (two of the four cars' collections at least): the
+        # next batch rebuilt them.
+        assert any(int(r.get("collections_rebuilt_whole", 0)) >= 2 for r in runs), [r.get("folded") for r in runs]
+        assert any(r.get("documents_updated", 0) for r in runs), "batches were added in place"
+        assert sth_tables(spark, p.lake, prefix) == mixed_hour["tables"]
+        assert _documents(mongo_url, prefix) == mixed_hour["documents"]
+    finally:
+        _drop(mongo_url, prefix)
+        shutil.rmtree(p.lake.root, ignore_errors=True)

@@ -682,3 +682,52 @@ def test_names_udf_is_made_without_a_warning() -> None:
         udf = sth.names_udf(STHConfig())
         sth.names_udf(STHConfig(), aggregated=False)
     assert udf.evalType == PythonEvalType.SQL_BATCHED_UDF  # rows pickled, whatever the session says
+
+
+def _point_updates(spark: SparkSession, rows: list[tuple], cfg: STHConfig, now_ms: int = 0) -> list[dict[str, Any]]:
+    classified = sth.classify_events(events(spark, rows), cfg)
+    updates = sth.point_updates(sth.sth_partials(classified, cfg.resolutions), cfg, now_ms)
+    return sorted((r.asDict(recursive=True) for r in updates.collect()), key=lambda r: (r["idAttrName"], r["origin"]))
+
+
+def test_point_updates_hold_the_batch_slots_only_merged_by_offset(spark: SparkSession) -> None:
+    """One row per document the batch touches: only its slots, each merged (samples of both kinds,
+    the numbers' sum, sum2, min, max, the text counted), with the range's first and last offset."""
+    cfg = STHConfig(data_model="dm-by-entity", resolutions="day,minute")
+    t = ms(2026, 3, 14, 10, 5, 0)
+    rows = [
+        ev("car1", "level", "2.5", t, mid="a"),
+        ev("car1", "level", "n/a", t + 1_000, mid="b", attr_type="Text"),
+        ev("car1", "level", "-1", t + 120_000, mid="c"),
+    ]
+    by_key = {(r["idAttrName"], r["resolution"]): r for r in _point_updates(spark, rows, cfg)}
+    day, minute = by_key[("level", "day")], by_key[("level", "minute")]
+    assert (day["first"], day["last"], day["range"]) == (1, 31, "month")
+    assert (minute["first"], minute["last"], minute["range"]) == (0, 59, "hour")
+    assert [p["offset"] for p in minute["points"]] == [5, 7]
+    five = minute["points"][0]
+    assert (five["samples"], five["numSamples"], five["sum"], five["sum2"], five["min"], five["max"]) == (
+        2, 1, 2.5, 6.25, 2.5, 2.5)  # fmt: skip
+    assert five["occur"] == {"n/a": 1}
+    assert [(p["offset"], p["samples"], p["sum"], p["min"], p["max"]) for p in day["points"]] == [
+        (14, 3, 1.5, -1.0, 2.5)
+    ]
+    assert day["numeric"] and day["text"] and day["attrType"] == "Number"  # the newest sample's
+    assert {r["action"] for r in by_key.values()} == {sth.ACTION_UPDATE}
+
+
+def test_point_updates_leave_expired_documents_out_and_rebuild_an_unnamed_text(spark: SparkSession) -> None:
+    """A document whose origin is past data_expiration is not written (a rebuild deletes it); an
+    empty text value, which no field path names, has its document rebuilt whole."""
+    t = ms(2026, 3, 20, 10, 5, 0)
+    cfg = STHConfig(
+        data_model="dm-by-entity", resolutions="minute,day", data_expiration=5 * 86_400, ignore_white_spaces=False
+    )
+    rows = [ev("car1", "speed", "3", t, mid="a"), ev("car1", "note", "", t, mid="b", attr_type="Text")]
+    actions = {(r["idAttrName"], r["resolution"]): r["action"] for r in _point_updates(spark, rows, cfg, t + 3_600_000)}
+    assert actions == {
+        ("note", "day"): sth.ACTION_EXPIRED,  # origin March 1st: 19 days before
+        ("note", "minute"): sth.ACTION_REBUILD,
+        ("speed", "day"): sth.ACTION_EXPIRED,
+        ("speed", "minute"): sth.ACTION_UPDATE,
+    }
