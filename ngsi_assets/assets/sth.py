@@ -468,12 +468,10 @@ def _add_batch(
     with MongoResource(url=sth.mongo_url).client() as client:
         before = existing_collections(client, databases)
         stale = stale_collections(client, databases, key, plan.folded.batches)
-    whole = {
-        (r["database"], r["collection"])
-        for r in collect_small(
-            whole=updates.where(F.col("action") == ACTION_REBUILD).select("database", "collection").distinct()
-        )["whole"]
-    }
+    whole: set[tuple[str, str]] = set()
+    if any(r["action"] == ACTION_REBUILD for r in by_database_action):
+        rebuilt_rows = updates.where(F.col("action") == ACTION_REBUILD).select("database", "collection").distinct()
+        whole = {(r["database"], r["collection"]) for r in collect_small(whole=rebuilt_rows)["whole"]}
     rebuild = {**{c: [] for c in whole}, **stale}
     rebuilt = _rebuild_collections(session, lake, sth.mongo_url, config, key, now, sorted(rebuild)) if rebuild else 0
     if rebuild:

@@ -172,25 +172,29 @@ def prepopulated(row: Mapping[str, Any], numeric: bool, text: bool) -> list[dict
     return points
 
 
-def _shape_ops(doc_id: dict[str, Any], row: Mapping[str, Any]) -> list[UpdateOne]:
-    """The document prepopulated if new, and its points given the fields of a kind the batch brings
-    that it had none of (a number after text only, or the reverse). Idempotent: safe to send again."""
-    ops = [
-        UpdateOne(
-            {"_id": doc_id},
-            {"$setOnInsert": {"attrType": row["attrType"], "points": prepopulated(row, row["numeric"], row["text"])}},
-            upsert=True,
-        )
-    ]
+def _id_key(doc_id: Mapping[str, Any]) -> tuple:
+    """A document ``_id`` as a hashable key (dates as epoch ms, whatever their tzinfo)."""
+    return tuple((k, int(v.timestamp() * 1000) if isinstance(v, datetime) else v) for k, v in sorted(doc_id.items()))
+
+
+def _shape_ops(doc_id: dict[str, Any], row: Mapping[str, Any], stored: set[str] | None) -> list[UpdateOne]:
+    """What a document needs before the batch's additions: prepopulated if new (``stored`` None; an
+    upsert with ``$setOnInsert``, so a document written meanwhile is left as it is), or its points
+    given the fields of a kind the batch brings that it had none of (``stored``: the fields of its
+    first point; a number after text only, or the reverse)."""
+    if stored is None:
+        points = prepopulated(row, row["numeric"], row["text"])
+        return [
+            UpdateOne({"_id": doc_id}, {"$setOnInsert": {"attrType": row["attrType"], "points": points}}, upsert=True)
+        ]
     count = int(row["last"]) - int(row["first"]) + 1
-    if row["numeric"]:
+    fields: dict[str, Any] = {}
+    if row["numeric"] and "sum" not in stored:
         empty = {"sum": 0.0, "sum2": 0.0, "min": float("inf"), "max": float("-inf")}
-        fields = {f"points.{i}.{k}": v for i in range(count) for k, v in empty.items()}
-        ops.append(UpdateOne({"_id": doc_id, "points.0.sum": {"$exists": False}}, {"$set": fields}))
-    if row["text"]:
-        fields = {f"points.{i}.occur": {} for i in range(count)}
-        ops.append(UpdateOne({"_id": doc_id, "points.0.occur": {"$exists": False}}, {"$set": fields}))
-    return ops
+        fields.update({f"points.{i}.{k}": v for i in range(count) for k, v in empty.items()})
+    if row["text"] and "occur" not in stored:
+        fields.update({f"points.{i}.occur": {} for i in range(count)})
+    return [UpdateOne({"_id": doc_id}, {"$set": fields})] if fields else []
 
 
 def point_update(doc_id: dict[str, Any], row: Mapping[str, Any]) -> UpdateOne:
@@ -216,53 +220,75 @@ def point_update(doc_id: dict[str, Any], row: Mapping[str, Any]) -> UpdateOne:
 
 
 def _add_points(collection: Any, rows: list[dict[str, Any]], target: str, config: STHConfig) -> dict[str, int]:  # noqa: ANN401
-    """Send a collection's point updates: the idempotent shaping first (retried as any write), then
-    the additions, each once (a transient failure part way raises ``STHIncrementError``)."""
+    """Send a collection's point updates, each once: one read of the documents' first points (which
+    exist, with which kinds), then, in order, what each needs before (``_shape_ops``) and the
+    additions. A failure part way raises ``STHIncrementError``."""
     ids = [document_id(r, config.data_model) for r in rows]
-    shape = [op for doc_id, row in zip(ids, rows, strict=True) for op in _shape_ops(doc_id, row)]
-    for start in range(0, len(shape), config.batch_size):
-        chunk = shape[start : start + config.batch_size]
-        with_retries(
-            lambda chunk=chunk: collection.bulk_write(chunk, ordered=True), target, config, error=STHPublishError
-        )
-    updates = [point_update(doc_id, row) for doc_id, row in zip(ids, rows, strict=True)]
-    rejected = 0
-    for start in range(0, len(updates), config.batch_size):
+    try:
+        found = collection.find({"_id": {"$in": ids}}, {"points": {"$slice": 1}})
+        first = {_id_key(d["_id"]): set(d["points"][0]) if d.get("points") else set() for d in found}
+    except PyMongoError as exc:
+        raise STHIncrementError(f"point updates to {target}: reading the documents failed: {exc}") from exc
+    ops = []
+    for doc_id, row in zip(ids, rows, strict=True):
+        ops.extend(_shape_ops(doc_id, row, first.get(_id_key(doc_id))))
+        ops.append(point_update(doc_id, row))
+    rejected, start = 0, 0
+    while start < len(ops):
+        chunk = ops[start : start + config.batch_size]
+        start += len(chunk)
         try:
-            collection.bulk_write(updates[start : start + config.batch_size], ordered=False)
+            collection.bulk_write(chunk, ordered=True)
         except BulkWriteError as exc:
             errors = exc.details.get("writeErrors", [])
-            other = [e for e in errors if e.get("code") not in TOO_LARGE_CODES]
-            if other:
-                raise STHIncrementError(f"point updates to {target} failed: {other[0].get('errmsg', exc)}") from exc
-            rejected += len(errors)
+            if not errors or any(e.get("code") not in TOO_LARGE_CODES for e in errors):
+                first_error = next((e for e in errors if e.get("code") not in TOO_LARGE_CODES), {})
+                raise STHIncrementError(f"point updates to {target} failed: {first_error.get('errmsg', exc)}") from exc
+            # An ordered bulk write stops at its error: the document over the limit is left as it was,
+            # and the operations after it are sent again.
+            rejected += 1
+            start -= len(chunk) - errors[0]["index"] - 1
         except PyMongoError as exc:
             raise STHIncrementError(
                 f"point updates to {target} failed part way ({exc}): the next batch of the hour rebuilds its documents"
             ) from exc
-    return {"updated": len(updates) - rejected, "rejected": rejected}
+    return {"updated": len(rows) - rejected, "rejected": rejected}
 
 
 def add_partition(
     rows: Iterable[Any], url: str, config: STHConfig, hour: str, batch: str
 ) -> Iterator[tuple[str, str, dict[str, int]]]:
     """Add one Spark partition's point updates (rows of ``point_updates``, every row of a collection in
-    this partition, grouped by collection): per collection, its ledger entry checked, marked
-    ``applying``, the updates sent, the entry marked ``done``. Yields (database, collection, counts)."""
+    this partition, grouped by database and collection). Per database, the ledger entries of the
+    partition's collections are read, those without the batch marked ``applying`` (one write), their
+    updates sent collection by collection, and the entries marked ``done`` (one write). Yields
+    (database, collection, counts)."""
     dicts = (r.asDict(recursive=True) for r in rows)
     with connect(url, "ngsi-assets-sth") as client:
-        for (database, name), group in itertools.groupby(dicts, key=lambda r: (r["database"], r["collection"])):
-            docs = [r for r in group if r["action"] == ACTION_UPDATE]
+        for database, db_rows in itertools.groupby(dicts, key=lambda r: r["database"]):
+            by_collection: dict[str, list[dict[str, Any]]] = {}
+            for r in db_rows:
+                by_collection.setdefault(r["collection"], []).append(r)
             ledger = client[database][INCREMENTS_LEDGER]
-            key = ledger_id(name, hour, batch)
-            entry = ledger.find_one({"_id": key}, {"state": 1})
-            if entry is not None and entry.get("state") == DONE:
-                yield database, name, {"already": len(docs)}
+            keys = {name: ledger_id(name, hour, batch) for name in by_collection}
+            done = {e["collection"] for e in ledger.find({"_id": {"$in": list(keys.values())}, "state": DONE})}
+            for name in sorted(done):
+                yield database, name, {"already": len(by_collection[name])}
+            todo = [name for name in by_collection if name not in done]
+            if not todo:
                 continue
-            ledger.replace_one({"_id": key}, _ledger_entry(name, hour, batch, APPLYING), upsert=True)
-            counts = _add_points(client[database][name], docs, f"{database}.{name}", config) if docs else {}
-            ledger.replace_one({"_id": key}, _ledger_entry(name, hour, batch, DONE, **counts))
-            yield database, name, counts
+            marks = [ReplaceOne({"_id": keys[n]}, _ledger_entry(n, hour, batch, APPLYING), upsert=True) for n in todo]
+            ledger.bulk_write(marks, ordered=False)
+            counts = {}
+            for name in todo:
+                docs = [r for r in by_collection[name] if r["action"] == ACTION_UPDATE]
+                counts[name] = _add_points(client[database][name], docs, f"{database}.{name}", config) if docs else {}
+            ledger.bulk_write(
+                [ReplaceOne({"_id": keys[n]}, _ledger_entry(n, hour, batch, DONE, **counts[n])) for n in todo],
+                ordered=False,
+            )
+            for name in todo:
+                yield database, name, counts[name]
 
 
 def add_point_updates(
