@@ -184,11 +184,12 @@ def asset_limits(env: Mapping[str, str]) -> dict[str, float]:
     """The freshness limit of each followed asset, from the ``NGSI_*`` variables in ``env``: the
     assets outside the increments (the derived lane's) are brought up to date every
     ``NGSI_DERIVED_INTERVAL_S`` by design, so they get it on top."""
-    from ngsi_assets.sensors import INCREMENT_ASSETS, ContinuousSettings  # the sensors module imports this one
+    from ngsi_assets.sensors import ContinuousSettings  # the sensors module imports this one
 
     limit_s = FreshnessSettings.from_env(env).limit_s
-    derived_s = ContinuousSettings.from_env(env).derived_interval_s
-    return {a: limit_s + (0.0 if a in INCREMENT_ASSETS else derived_s) for a in FOLLOWED}
+    continuous = ContinuousSettings.from_env(env)
+    increments = continuous.increment_assets
+    return {a: limit_s + (0.0 if a in increments else continuous.derived_interval_s) for a in FOLLOWED}
 
 
 @dataclass(frozen=True)

@@ -63,22 +63,7 @@ ingest_job = define_asset_job(
 INGEST_LANE = "ngsi/ingest-lane"
 DERIVED_LANE = "ngsi/derived-lane"
 REPAIR_TAG = "ngsi/repair"
-INCREMENT_ASSETS = ("message_store", "ngsi_events", "last_data", "historic_tables", "mongo_raw", "sth_aggregates")
-
-increment_job = define_asset_job(
-    "ngsi_increment_job",
-    selection=AssetSelection.assets(*INCREMENT_ASSETS) - FRESHNESS_CHECKS,
-    description="Continuous mode: what landed since the previous increment (run tag ngsi/increment) through the "
-    "message store, the NGSI events, last data, historic tables, the raw MongoDB history and the STH aggregates.",
-)
-derived_job = define_asset_job(
-    "ngsi_derived_job",
-    selection=AssetSelection.assets(message_store).downstream()
-    - AssetSelection.assets(*INCREMENT_ASSETS)
-    - FRESHNESS_CHECKS,
-    description="Continuous mode: versioned entities and transaction history of one hour, from "
-    "what the increments stored so far.",
-)
+BASE_INCREMENT_ASSETS = ("message_store", "ngsi_events", "last_data", "historic_tables", "mongo_raw")
 
 
 class ContinuousSettings(VariableSettings):
@@ -118,6 +103,39 @@ class ContinuousSettings(VariableSettings):
     hour_max_runtime_s: float = Field(
         3600.0, gt=0, alias="NGSI_HOUR_MAX_RUNTIME_S", description="Seconds after which a whole-hour run is canceled."
     )
+    # Where the STH aggregates are brought up to date: in the increments (seconds behind, each
+    # increment run longer by the sth step), or in the derived runs (every NGSI_DERIVED_INTERVAL_S).
+    # Read when the definitions load: the jobs' selections follow it.
+    sth_in_increments: bool = Field(
+        True,
+        alias="NGSI_STH_IN_INCREMENTS",
+        description="true: the increment runs add their samples to the STH aggregates (seconds behind); false: the "
+        "derived runs do, every NGSI_DERIVED_INTERVAL_S (shorter increment runs, fresher last data).",
+    )
+
+    @property
+    def increment_assets(self) -> tuple[str, ...]:
+        """The assets of ``ngsi_increment_job``; the rest of the platform is the derived lane's."""
+        return (*BASE_INCREMENT_ASSETS, *(("sth_aggregates",) if self.sth_in_increments else ()))
+
+
+INCREMENT_ASSETS = ContinuousSettings.from_env(os.environ).increment_assets
+
+increment_job = define_asset_job(
+    "ngsi_increment_job",
+    selection=AssetSelection.assets(*INCREMENT_ASSETS) - FRESHNESS_CHECKS,
+    description="Continuous mode: what landed since the previous increment (run tag ngsi/increment) through the "
+    "message store, the NGSI events, last data, historic tables, the raw MongoDB history and (unless "
+    "NGSI_STH_IN_INCREMENTS=false) the STH aggregates.",
+)
+derived_job = define_asset_job(
+    "ngsi_derived_job",
+    selection=AssetSelection.assets(message_store).downstream()
+    - AssetSelection.assets(*INCREMENT_ASSETS)
+    - FRESHNESS_CHECKS,
+    description="Continuous mode: versioned entities and transaction history (and the STH aggregates with "
+    "NGSI_STH_IN_INCREMENTS=false) of one hour, from what the increments stored so far.",
+)
 
 
 @dataclass(frozen=True)

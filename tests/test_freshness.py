@@ -83,6 +83,10 @@ def test_the_derived_lanes_assets_get_the_derived_interval_on_top_of_the_limit()
     limits = asset_limits({"NGSI_FRESHNESS_LIMIT_S": "45", "NGSI_DERIVED_INTERVAL_S": "30"})
     assert limits["last_data"] == limits["message_store"] == limits["sth_aggregates"] == 45
     assert limits["versioned_entities"] == limits["transaction_history"] == 75
+    back = asset_limits(
+        {"NGSI_FRESHNESS_LIMIT_S": "45", "NGSI_DERIVED_INTERVAL_S": "30", "NGSI_STH_IN_INCREMENTS": "false"}
+    )
+    assert back["sth_aggregates"] == 75 and back["last_data"] == 45, "STH aggregates in the derived runs"
     assert set(limits) == set(FOLLOWED)
     # A lag of 60 s fails last data's check and passes the versioned entities'.
     found = {"last_data": Lag(60.0, "h", 1.0), "versioned_entities": Lag(60.0, "h", 1.0)}

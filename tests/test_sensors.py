@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -513,3 +516,25 @@ def test_the_daemon_evaluates_the_landing_sensor_on_every_loop() -> None:
 
     assert not skipped(MIN_INTERVAL_LOOP_TIME - 0.05)
     assert not skipped(MIN_INTERVAL_LOOP_TIME - 1.5)  # a loop that ran long, then a short sleep
+
+
+_JOB_ASSETS = """
+import json
+from ngsi_assets.definitions import defs
+print(json.dumps({n: sorted(k.to_user_string() for k in defs.resolve_job_def(n).asset_layer.executable_asset_keys)
+                  for n in ("ngsi_increment_job", "ngsi_derived_job")}))
+"""
+
+
+@pytest.mark.parametrize("in_increments", ["true", "false"])
+def test_the_sth_aggregates_go_with_the_increments_or_the_derived_runs(in_increments: str) -> None:
+    """NGSI_STH_IN_INCREMENTS, read when the definitions load, puts sth_aggregates in one job or the other."""
+    env = {**os.environ, "NGSI_STH_IN_INCREMENTS": in_increments}
+    out = subprocess.run([sys.executable, "-c", _JOB_ASSETS], env=env, capture_output=True, text=True, check=True)
+    jobs = json.loads(out.stdout.strip().splitlines()[-1])
+    sinks = ["historic_tables", "last_data", "message_store", "mongo_raw", "ngsi_events"]
+    derived = ["transaction_history", "versioned_entities"]
+    if in_increments == "true":
+        assert jobs == {"ngsi_increment_job": sorted([*sinks, "sth_aggregates"]), "ngsi_derived_job": derived}
+    else:
+        assert jobs == {"ngsi_increment_job": sinks, "ngsi_derived_job": sorted(["sth_aggregates", *derived])}
