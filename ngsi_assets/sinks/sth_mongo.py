@@ -224,9 +224,11 @@ def _add_points(collection: Any, rows: list[dict[str, Any]], target: str, config
     exist, with which kinds), then, in order, what each needs before (``_shape_ops``) and the
     additions. A failure part way raises ``STHIncrementError``."""
     ids = [document_id(r, config.data_model) for r in rows]
+    first: dict[tuple, set[str]] = {}
     try:
-        found = collection.find({"_id": {"$in": ids}}, {"points": {"$slice": 1}})
-        first = {_id_key(d["_id"]): set(d["points"][0]) if d.get("points") else set() for d in found}
+        for start in range(0, len(ids), config.batch_size):
+            found = collection.find({"_id": {"$in": ids[start : start + config.batch_size]}}, {"points": {"$slice": 1}})
+            first.update({_id_key(d["_id"]): set(d["points"][0]) if d.get("points") else set() for d in found})
     except PyMongoError as exc:
         raise STHIncrementError(f"point updates to {target}: reading the documents failed: {exc}") from exc
     ops = []
