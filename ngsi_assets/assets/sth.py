@@ -368,14 +368,10 @@ def _materialize(
         )
         run_partials = lake.read(session, PARTIALS, STH_PARTIALS, keys)
         rollups_built, only_the_run = _update_rollups(session, lake, keys, run_partials)
-        stored = lake.read_folders(session, ROLLUPS, "bucket", rollups_built, schema=STH_ROLLUPS)
-        if stored is None:
-            stored = session.createDataFrame([], STH_ROLLUPS)
         # Rollups of the run's hours alone (a first build, a rebuild from scratch): every document in
         # them is one the run touched, and no join is needed to find them.
-        elif not only_the_run:
-            stored = documents_of(stored, run_partials.select(*DOC_COLUMNS).distinct())
-        (documents,) = computed_once(build_documents(stored, config, int(now.timestamp() * 1000), order="part"))
+        keys_touched = None if only_the_run else run_partials.select(*DOC_COLUMNS).distinct()
+        (documents,) = computed_once(_rebuilt_documents(session, lake, config, now, rollups_built, keys_touched))
         by_database_action, checks = _find(documents, both)
         publish = _replace_whole(sth, config, keys, now, documents, by_database_action)
         folded = "whole"
@@ -511,17 +507,32 @@ def _rebuild_collections(
     )
     keys = lake.read(session, PARTIALS, STH_PARTIALS, [key]).where(wanted).select(*DOC_COLUMNS).distinct()
     found = collect_small(buckets=keys.select(bucket_of().alias("bucket")).distinct(), **narrowing_values(keys))
-    stored = lake.read_folders(
-        session, ROLLUPS, "bucket", sorted(r["bucket"] for r in found["buckets"]), schema=STH_ROLLUPS
-    )
-    if stored is None:
-        return 0
-    narrowing = narrowing_filter(found)
-    if narrowing is not None:
-        stored = stored.where(narrowing)
-    documents = build_documents(documents_of(stored, keys), config, int(now.timestamp() * 1000), order="part")
+    buckets = sorted(r["bucket"] for r in found["buckets"])
+    documents = _rebuilt_documents(session, lake, config, now, buckets, keys, narrowing_filter(found))
     written = publish_documents(documents, url, config)
     return sum(replaced + deleted for replaced, deleted in written.values())
+
+
+def _rebuilt_documents(
+    session: SparkSession,
+    lake: LakeResource,
+    config: STHConfig,
+    now: datetime,
+    buckets: list[str],
+    keys: DataFrame | None,
+    narrowing: Column | None = None,
+) -> DataFrame:
+    """The documents of ``keys`` (DOC_COLUMNS; None: every document of the buckets) rebuilt whole from
+    their rollup ``buckets``, read through ``narrowing`` when given."""
+    stored = lake.read_folders(session, ROLLUPS, "bucket", buckets, schema=STH_ROLLUPS)
+    if stored is None:
+        stored = session.createDataFrame([], STH_ROLLUPS)
+    else:
+        if narrowing is not None:
+            stored = stored.where(narrowing)
+        if keys is not None:
+            stored = documents_of(stored, keys)
+    return build_documents(stored, config, int(now.timestamp() * 1000), order="part")
 
 
 def _find(documents: DataFrame, both: bool) -> tuple[list[Row], _Checks]:

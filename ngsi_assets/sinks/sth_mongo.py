@@ -52,7 +52,7 @@ from ngsi_assets.sinks.mongo_bulk import (
     write_by_collection,
 )
 from ngsi_assets.transforms.partitioning import cluster_by
-from ngsi_assets.transforms.sth import ACTION_DELETE, ACTION_UPDATE, ACTION_UPSERT
+from ngsi_assets.transforms.sth import ACTION_DELETE, ACTION_UPSERT
 
 _ID_COLUMN = {"entityId": "idEntityId", "entityType": "idEntityType", "attrName": "idAttrName"}
 
@@ -158,15 +158,15 @@ def _ledger_entry(collection: str, hour: str, batch: str, state: str, **counts: 
     return {"collection": collection, "hour": hour, "batch": batch, "state": state, "at": datetime.now(UTC), **counts}
 
 
-def prepopulated(row: Mapping[str, Any], numeric: bool, text: bool) -> list[dict[str, Any]]:
+def prepopulated(row: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every point of the range, empty: what Cygnus's ``buildPrepopulatedPoints`` inserts, with the
-    fields of the kinds given (a document with both kinds carries both in every point)."""
+    fields of the kinds the row brings (a document with both kinds carries both in every point)."""
     points = []
     for offset in range(int(row["first"]), int(row["last"]) + 1):
         point: dict[str, Any] = {"offset": offset, "samples": 0}
-        if numeric:
+        if row["numeric"]:
             point.update(sum=0.0, sum2=0.0, min=float("inf"), max=float("-inf"))
-        if text:
+        if row["text"]:
             point["occur"] = {}
         points.append(point)
     return points
@@ -183,7 +183,7 @@ def _shape_ops(doc_id: dict[str, Any], row: Mapping[str, Any], stored: set[str] 
     given the fields of a kind the batch brings that it had none of (``stored``: the fields of its
     first point; a number after text only, or the reverse)."""
     if stored is None:
-        points = prepopulated(row, row["numeric"], row["text"])
+        points = prepopulated(row)
         return [
             UpdateOne({"_id": doc_id}, {"$setOnInsert": {"attrType": row["attrType"], "points": points}}, upsert=True)
         ]
@@ -283,8 +283,7 @@ def add_partition(
             ledger.bulk_write(marks, ordered=False)
             counts = {}
             for name in todo:
-                docs = [r for r in by_collection[name] if r["action"] == ACTION_UPDATE]
-                counts[name] = _add_points(client[database][name], docs, f"{database}.{name}", config) if docs else {}
+                counts[name] = _add_points(client[database][name], by_collection[name], f"{database}.{name}", config)
             ledger.bulk_write(
                 [ReplaceOne({"_id": keys[n]}, _ledger_entry(n, hour, batch, DONE, **counts[n])) for n in todo],
                 ordered=False,
@@ -296,7 +295,8 @@ def add_partition(
 def add_point_updates(
     updates: DataFrame, url: str, config: STHConfig, hour: str, batch: str
 ) -> dict[tuple[str, str], dict[str, int]]:
-    """Add a batch's point updates (rows of ``point_updates``) to MongoDB, from the executors; counts
+    """Add a batch's point updates (rows of ``point_updates`` whose action is ``update``) to MongoDB,
+    from the executors; counts
     per (database, collection): ``updated``, ``rejected`` (over 16 MiB), ``already`` (the collection
     had the batch). Every collection's rows go to one task (its ledger entry covers them all)."""
     rows = cluster_by(updates, "database", "collection").sortWithinPartitions("database", "collection")
