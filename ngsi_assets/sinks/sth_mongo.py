@@ -296,9 +296,9 @@ def add_point_updates(
     updates: DataFrame, url: str, config: STHConfig, hour: str, batch: str
 ) -> dict[tuple[str, str], dict[str, int]]:
     """Add a batch's point updates (rows of ``point_updates`` whose action is ``update``) to MongoDB,
-    from the executors; counts
-    per (database, collection): ``updated``, ``rejected`` (over 16 MiB), ``already`` (the collection
-    had the batch). Every collection's rows go to one task (its ledger entry covers them all)."""
+    from the executors; counts per (database, collection): ``updated``, ``rejected`` (over 16 MiB),
+    ``already`` (the collection had the batch). Every collection's rows go to one task (its ledger
+    entry covers them all)."""
     rows = cluster_by(updates, "database", "collection").sortWithinPartitions("database", "collection")
     summed = run_by_collection(rows, lambda part: add_partition(part, url, config, hour, batch))
     return {key: dict(tally) for key, tally in summed.items()}
