@@ -321,48 +321,63 @@ def _fold_sum(values: Column, square: bool = False) -> Column:
     return F.aggregate(values, F.lit(0.0), lambda acc, x: acc + (x * x if square else x))
 
 
+def _run_starts(keys: Column) -> Column:
+    """The 1-based positions in ``keys`` (an array sorted ascending) where a run of equal keys starts;
+    null for an empty array (``sequence(1, 0)`` would count down)."""
+    size = F.size(keys)
+    return F.when(
+        size > 0,
+        F.filter(F.sequence(F.lit(1), size), lambda i: (i == 1) | (F.element_at(keys, i) != F.element_at(keys, i - 1))),
+    )
+
+
+def _occur_map(keys: Column, starts: Column) -> Column:
+    """The map of each distinct string of ``keys`` (sorted ascending) to its count, its keys in that
+    order, from ``starts``, a column holding ``_run_starts(keys)`` (read, not recomputed, per
+    element): linear in the array. Null for an empty array."""
+    counts = F.transform(starts, lambda s, j: F.coalesce(F.get(starts, j + 1), F.size(keys) + 1) - s)
+    return F.map_from_arrays(F.transform(starts, lambda s: F.element_at(keys, s)), counts)
+
+
 def sth_partials(classified: DataFrame, resolutions: tuple[Resolution, ...]) -> DataFrame:
     """One row per (document, offset, dt): samples, numeric sum/sum2/min/max, string occurrences.
 
     ``samples`` counts every sample, ``numSamples`` the numeric ones; ``occur`` maps escaped string
     values to their counts; ``latest`` is the newest sample's (time, receive time, message, entity
-    index, attrType), which decides the document's attrType.
+    index, attrType), which decides the document's attrType. One aggregation of the slots: a sample
+    is either a number (``numValue``) or a string (``occurKey``), and each list collects its kind only.
     """
     samples = classified.where(F.col("status") == STATUS_SAMPLE)
     slots = explode_slots(samples, resolutions)
     latest = F.struct(F.col("timeMs"), F.col("recvTimeTs"), F.col("messageId"), F.col("entityIndex"), F.col("attrType"))
-    by_value = slots.groupBy(*SLOT_COLUMNS, "dt", "occurKey").agg(
-        F.count(F.lit(1)).alias("cnt"),
+    partials = slots.groupBy(*SLOT_COLUMNS, "dt").agg(
+        F.count(F.lit(1)).alias("samples"),
+        # Sorted, so the sums and the stored map do not follow the shuffle's order (which differs
+        # between runs and modes).
         F.sort_array(F.collect_list("numValue")).alias("_nums"),
         F.min("numValue").alias("min"),
         F.max("numValue").alias("max"),
+        F.array_sort(F.collect_list("occurKey")).alias("_keys"),
         F.max(latest).alias("latest"),
     )
-    is_num = F.col("occurKey").isNull()
-    # Sorted, so the stored map does not follow the shuffle's order (which differs between runs and modes).
-    occur_entries = F.array_sort(F.collect_list(F.when(~is_num, F.struct(F.col("occurKey"), F.col("cnt")))))
-    partials = by_value.groupBy(*SLOT_COLUMNS, "dt").agg(
-        F.sum("cnt").alias("samples"),
-        F.sum(F.when(is_num, F.col("cnt")).otherwise(F.lit(0))).alias("numSamples"),
-        F.max(F.when(is_num, _fold_sum(F.col("_nums")))).alias("sum"),
-        F.max(F.when(is_num, _fold_sum(F.col("_nums"), square=True))).alias("sum2"),
-        F.max(F.when(is_num, F.col("min"))).alias("min"),
-        F.max(F.when(is_num, F.col("max"))).alias("max"),
-        occur_entries.alias("_occur"),
-        F.max("latest").alias("latest"),
+    nums = F.col("_nums")
+    numeric = F.size(nums) > 0
+    return (
+        partials.select("*", _run_starts(F.col("_keys")).alias("_starts"))
+        .select(
+            *SLOT_COLUMNS,
+            F.col("samples").cast("long").alias("samples"),
+            F.size(nums).cast("long").alias("numSamples"),
+            F.when(numeric, _fold_sum(nums)).alias("sum"),
+            F.when(numeric, _fold_sum(nums, square=True)).alias("sum2"),
+            "min",
+            "max",
+            _occur_map(F.col("_keys"), F.col("_starts")).cast(_OCCUR).alias("occur"),
+            F.col("latest").cast(_LATEST).alias("latest"),
+            "dt",
+        )
+        .select(*STH_PARTIALS.fieldNames())
     )
-    return partials.select(
-        *SLOT_COLUMNS,
-        F.col("samples").cast("long").alias("samples"),
-        F.col("numSamples").cast("long").alias("numSamples"),
-        "sum",
-        "sum2",
-        "min",
-        "max",
-        F.when(F.size("_occur") > 0, F.map_from_entries("_occur")).cast(_OCCUR).alias("occur"),
-        F.col("latest").cast(_LATEST).alias("latest"),
-        "dt",
-    ).select(*STH_PARTIALS.fieldNames())
 
 
 def with_tombstones(new_partials: DataFrame, old_partials: DataFrame) -> DataFrame:
@@ -455,13 +470,18 @@ def merge_partials(partials: DataFrame, order: str = "dt", by: tuple[str, ...] =
         by_order.alias("_by_order"),
         F.min("min").alias("min"),
         F.max("max").alias("max"),
-        # In order: the merged map's key order follows the order the maps are merged in.
+        # In order: the merged map's key order follows the order the maps are merged in. Only the rows
+        # with a map are collected, as their entries (a map cannot be sorted, an array of entries can).
         F.transform(
-            F.array_sort(
-                F.collect_list(F.struct(F.col(order).alias("k"), F.col("occur").alias("occur"))),
-                lambda a, b: F.when(a["k"] < b["k"], -1).when(a["k"] > b["k"], 1).otherwise(0),
+            F.sort_array(
+                F.collect_list(
+                    F.when(
+                        F.col("occur").isNotNull(),
+                        F.struct(F.col(order).alias("k"), F.map_entries("occur").alias("entries")),
+                    )
+                )
             ),
-            lambda x: x["occur"],
+            lambda x: x["entries"],
         ).alias("_occurs"),
         F.max("latest").alias("latest"),
     )
@@ -474,12 +494,13 @@ def merge_partials(partials: DataFrame, order: str = "dt", by: tuple[str, ...] =
         F.aggregate("_by_order", F.lit(0.0), lambda acc, x: acc + F.coalesce(x["sum2"], F.lit(0.0))).alias("sum2"),
         "min",
         "max",
-        # A row without text (numbers only, or a tombstone) has no map: merging it must not drop the others'.
         F.aggregate(
             "_occurs",
             empty_occur,
-            lambda acc, m: F.map_zip_with(
-                acc, F.coalesce(m, empty_occur), lambda _k, a, b: F.coalesce(a, F.lit(0)) + F.coalesce(b, F.lit(0))
+            lambda acc, entries: F.map_zip_with(
+                acc,
+                F.map_from_entries(entries),
+                lambda _k, a, b: F.coalesce(a, F.lit(0)) + F.coalesce(b, F.lit(0)),
             ),
         ).alias("occur"),
         F.col("latest").cast(_LATEST).alias("latest"),
