@@ -731,3 +731,23 @@ def test_point_updates_leave_expired_documents_out_and_rebuild_an_unnamed_text(s
         ("speed", "day"): sth.ACTION_EXPIRED,
         ("speed", "minute"): sth.ACTION_UPDATE,
     }
+
+
+def test_partial_occurrences_count_each_string_in_a_slot(spark: SparkSession) -> None:
+    """One slot's strings, unsorted and repeated at the start, middle and end of their sorted order,
+    beside numbers: each string counted once per sample, the map's keys sorted, the numbers apart."""
+    t = ms(2026, 3, 1, 10, 0, 5)
+    values = ["c", "a", "7", "b", "c", "a", "c", "3", "b", "b", "z", "c"]
+    rows = [ev("e1", "s", v, t, mid=f"m{i}") for i, v in enumerate(values)]
+    rows.append(ev("e2", "s", "only", t, mid="n1"))
+    cfg = STHConfig(data_model="dm-by-service-path", resolutions="hour")
+    partials = sth.sth_partials(sth.classify_events(events(spark, rows), cfg), cfg.resolutions)
+    got = {
+        # As entries: a map collected to Python does not keep Spark's key order.
+        r["idEntityId"]: (r["samples"], r["numSamples"], r["sum"], [tuple(e) for e in r["entries"]])
+        for r in partials.select("*", F.map_entries("occur").alias("entries")).collect()
+    }
+    assert got == {
+        "e1": (12, 2, 10.0, [("a", 2), ("b", 3), ("c", 4), ("z", 1)]),
+        "e2": (1, 0, None, [("only", 1)]),
+    }
