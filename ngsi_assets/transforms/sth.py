@@ -321,22 +321,27 @@ def _fold_sum(values: Column, square: bool = False) -> Column:
     return F.aggregate(values, F.lit(0.0), lambda acc, x: acc + (x * x if square else x))
 
 
-def _run_starts(keys: Column) -> Column:
-    """The 1-based positions in ``keys`` (an array sorted ascending) where a run of equal keys starts;
-    null for an empty array (``sequence(1, 0)`` would count down)."""
-    size = F.size(keys)
-    return F.when(
+def _with_occurrences(frame: DataFrame, keys: str, alias: str) -> DataFrame:
+    """``frame`` with ``alias``: the map of each distinct string of the array column ``keys`` (sorted
+    ascending) to its count, its keys in that order; null for an empty array.
+
+    The counts are the lengths of the runs of equal keys. Their 1-based start positions are a column of
+    their own first, so each element reads them rather than recomputing them: linear in the array
+    (``sequence(1, 0)`` would count down, hence the empty array decided before).
+    """
+    array = F.col(keys)
+    size = F.size(array)
+    starts = F.when(
         size > 0,
-        F.filter(F.sequence(F.lit(1), size), lambda i: (i == 1) | (F.element_at(keys, i) != F.element_at(keys, i - 1))),
+        F.filter(
+            F.sequence(F.lit(1), size), lambda i: (i == 1) | (F.element_at(array, i) != F.element_at(array, i - 1))
+        ),
     )
-
-
-def _occur_map(keys: Column, starts: Column) -> Column:
-    """The map of each distinct string of ``keys`` (sorted ascending) to its count, its keys in that
-    order, from ``starts``, a column holding ``_run_starts(keys)`` (read, not recomputed, per
-    element): linear in the array. Null for an empty array."""
-    counts = F.transform(starts, lambda s, j: F.coalesce(F.get(starts, j + 1), F.size(keys) + 1) - s)
-    return F.map_from_arrays(F.transform(starts, lambda s: F.element_at(keys, s)), counts)
+    with_starts = frame.select("*", starts.alias("_starts"))
+    runs = F.col("_starts")
+    counts = F.transform(runs, lambda s, j: F.coalesce(F.get(runs, j + 1), size + 1) - s)
+    occur = F.map_from_arrays(F.transform(runs, lambda s: F.element_at(array, s)), counts)
+    return with_starts.select("*", occur.alias(alias)).drop("_starts")
 
 
 def sth_partials(classified: DataFrame, resolutions: tuple[Resolution, ...]) -> DataFrame:
@@ -363,7 +368,7 @@ def sth_partials(classified: DataFrame, resolutions: tuple[Resolution, ...]) -> 
     nums = F.col("_nums")
     numeric = F.size(nums) > 0
     return (
-        partials.select("*", _run_starts(F.col("_keys")).alias("_starts"))
+        _with_occurrences(partials, "_keys", "_occur")
         .select(
             *SLOT_COLUMNS,
             F.col("samples").cast("long").alias("samples"),
@@ -372,7 +377,7 @@ def sth_partials(classified: DataFrame, resolutions: tuple[Resolution, ...]) -> 
             F.when(numeric, _fold_sum(nums, square=True)).alias("sum2"),
             "min",
             "max",
-            _occur_map(F.col("_keys"), F.col("_starts")).cast(_OCCUR).alias("occur"),
+            F.col("_occur").cast(_OCCUR).alias("occur"),
             F.col("latest").cast(_LATEST).alias("latest"),
             "dt",
         )
