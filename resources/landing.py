@@ -12,7 +12,7 @@ from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
 
 from ngsi_assets.ingest.landing import SegmentInfo, complete_prefix, list_segments
-from resources.landing_source import RANGE_SOURCE, LandingRangeSource
+from resources.landing_source import RANGE_SOURCE, LandingRangeSource, piece_bytes
 
 # Ranges of landing segments: {"dt=YYYY-MM-DD-HH/<segment>.jsonl": [start, end], ...}, byte offsets.
 Ranges = Mapping[str, Sequence[int]]
@@ -66,7 +66,14 @@ class LandingZoneResource(ConfigurableResource):
         if not spec:
             return spark.createDataFrame([], "value string")
         spark.dataSource.register(LandingRangeSource)
-        return spark.read.format(RANGE_SOURCE).option("ranges", json.dumps(spec)).load()
+        # As many pieces as the session's shuffles have partitions (twice the cores by default).
+        tasks = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)
+        return (
+            spark.read.format(RANGE_SOURCE)
+            .option("ranges", json.dumps(spec))
+            .option("piece_bytes", str(piece_bytes(spec, tasks)))
+            .load()
+        )
 
     def torn_tails(self, partition_keys: Sequence[str]) -> int:
         """How many segments of these hours end in a partial line (a crash mid-write).

@@ -20,6 +20,7 @@ from ngsi_assets.ingest.landing import (
     list_segments,
 )
 from ngsi_assets.ngsi.envelope import Envelope, MessageIdFactory, hour_dir
+from resources.landing_source import MIN_PIECE_BYTES, RANGE_PIECE_BYTES, _LandingRangeReader, piece_bytes
 from tests.ingest.harness import landed, snapshot
 
 SEGMENT_NAME = re.compile(r"^\d{13}-\d+-[0-9a-f]{8}-\d{5}\.jsonl$")
@@ -256,3 +257,34 @@ def test_segment_files_are_never_reopened_even_with_same_millisecond(tmp_path: P
     names = [s.path.name for s in list_segments(tmp_path)]
     assert len(names) == 3 and len(set(names)) == 3
     assert all(n.startswith(f"{int(fixed * 1000):013d}-{os.getpid()}-") for n in names)
+
+
+@pytest.mark.parametrize("piece", [1, 7, 64, 1000, 10**6])
+def test_a_range_read_in_pieces_gives_every_line_once(tmp_path: Path, piece: int) -> None:
+    # Lines of several lengths, a range starting and ending inside the segment, and a torn tail.
+    lines = [f"line-{i}-{'x' * (i * 7 % 23)}".encode() for i in range(60)]
+    segment = tmp_path / "seg.jsonl"
+    segment.write_bytes(b"\n".join(lines) + b"\n" + b"torn")
+    start = len(lines[0]) + 1  # after the first line
+    end = segment.stat().st_size  # the torn tail is in the range but never complete
+    reader = _LandingRangeReader([[str(segment), start, end]], piece)
+    read = [row[0].encode() for p in reader.partitions() for row in reader.read(p)]
+    assert read == lines[1:]
+    assert len(reader.partitions()) == -(-(end - start) // piece)
+
+
+def test_piece_bytes_follows_the_cores_within_bounds() -> None:
+    mib = 2**20
+    # One 80 MB hour on 4 tasks: 20 MB pieces, not 32 + 32 + 16.
+    assert piece_bytes([["a", 0, 80 * mib]], 4) == 20 * mib
+    # Several ranges count together.
+    assert piece_bytes([["a", 0, 10 * mib], ["b", 5 * mib, 11 * mib]], 4) == 4 * mib
+    # Never below MIN_PIECE_BYTES (a small read is one or a few tasks) nor above RANGE_PIECE_BYTES.
+    assert piece_bytes([["a", 0, 100]], 4) == MIN_PIECE_BYTES
+    assert piece_bytes([["a", 0, 10_000 * mib]], 4) == RANGE_PIECE_BYTES
+    assert piece_bytes([], 4) == MIN_PIECE_BYTES
+
+
+def test_a_piece_size_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="piece_bytes must be positive, got 0"):
+        _LandingRangeReader([["a", 0, 10]], 0)
