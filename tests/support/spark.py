@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import io
 from collections.abc import Iterator, Mapping
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from ngsi_assets.spark_servers import connect_server_command
 from resources.spark import default_spark_config
@@ -33,6 +34,14 @@ def session_settings(spark: SparkSession, settings: Mapping[str, str]) -> Iterat
     finally:
         for k, v in before.items():
             spark.conf.set(k, v)
+
+
+def physical_plan(df: DataFrame) -> str:
+    """``df``'s physical plan as ``explain()`` prints it."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        df.explain()
+    return out.getvalue()
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,6 @@ hash-partitioned by the same columns), and the fold of the versioned entities us
 
 from __future__ import annotations
 
-import contextlib
-import io
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -14,7 +12,7 @@ from pyspark.sql import functions as F
 
 from ngsi_assets.transforms.partitioning import cluster_by
 from ngsi_assets.transforms.versioned_entities import ENTITY_RECORDS, fold_versions
-from tests.support.spark import session_settings
+from tests.support.spark import physical_plan, session_settings
 
 pytestmark = pytest.mark.spark
 
@@ -27,13 +25,6 @@ _PLANNING = {"spark.sql.adaptive.enabled": "false", "spark.sql.autoBroadcastJoin
 def static_planning(spark: SparkSession) -> Iterator[SparkSession]:
     with session_settings(spark, _PLANNING) as session:
         yield session
-
-
-def physical_plan(df: DataFrame) -> str:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        df.explain()
-    return out.getvalue()
 
 
 def partitioned_by_guid(spark: SparkSession) -> DataFrame:

@@ -16,6 +16,7 @@ from ngsi_assets.sinks.sth_mongo import to_document
 from ngsi_assets.transforms import sth
 from ngsi_assets.transforms.schemas import NGSI_EVENTS
 from resources.spark import sql_config
+from tests.support.spark import physical_plan, session_settings
 
 INF = float("inf")
 
@@ -751,3 +752,22 @@ def test_partial_occurrences_count_each_string_in_a_slot(spark: SparkSession) ->
         "e1": (12, 2, 10.0, [("a", 2), ("b", 3), ("c", 4), ("z", 1)]),
         "e2": (1, 0, None, [("only", 1)]),
     }
+
+
+@pytest.mark.parametrize("build", ["documents", "point_updates"])
+def test_documents_of_stored_partials_take_one_shuffle(spark: SparkSession, build: str) -> None:
+    """The merge per slot and the grouping per document share one exchange (by document), where
+    planning each from its own keys shuffles twice. Static planning shows the exchanges up front."""
+    cfg = STHConfig(data_model="dm-by-entity", resolutions="hour,minute")
+    rows = [ev("car1", "speed", str(v), T0 + v * 61_000, mid=f"m{v}") for v in range(6)]
+    classified = sth.classify_events(events(spark, rows), cfg)
+    # As read from the lake: partials with no partitioning of their own.
+    stored = spark.createDataFrame(sth.sth_partials(classified, cfg.resolutions).collect(), sth.STH_PARTIALS)
+    with session_settings(spark, {"spark.sql.adaptive.enabled": "false"}):
+        made = sth.build_documents(stored, cfg, 0) if build == "documents" else sth.point_updates(stored, cfg, 0)
+        plan = physical_plan(made)
+        got = made.collect()
+    exchanges = [line for line in plan.splitlines() if "Exchange " in line]
+    assert len(exchanges) == 1, plan
+    assert all(f"{c}#" in exchanges[0] for c in sth.DOC_COLUMNS), exchanges[0]
+    assert {(r["idAttrName"], r["resolution"]) for r in got} == {("speed", "hour"), ("speed", "minute")}
