@@ -206,7 +206,8 @@ def python_baseline(zone: Path) -> dict[str, Any]:
 def spark_metrics(event_dir: Path) -> dict[str, dict[str, float]]:
     """Per asset tag (``ngsi-asset-<asset>``, ``other`` for untagged jobs), from every event log
     under ``event_dir``: jobs, stages and tasks run (skipped stages are not run), bytes shuffled
-    (written), the largest peak execution memory of one task."""
+    (written), the largest peak execution memory of one task, and the tasks' summed run time and JVM
+    CPU time (seconds)."""
     out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     stage_asset: dict[tuple[str, int], str] = {}
     # Spark 4 writes each application's log as a folder of rolled files (``eventlog_v2_<app>/events_<n>_<app>``).
@@ -238,8 +239,12 @@ def spark_metrics(event_dir: Path) -> dict[str, dict[str, float]]:
                             out[asset]["shuffle_bytes"] += float(acc.get("Value", 0))
                 elif kind == "SparkListenerTaskEnd":
                     asset = stage_asset.get((path.parent.name, event.get("Stage ID")), "other")
-                    peak = (event.get("Task Metrics") or {}).get("Peak Execution Memory", 0) or 0
+                    metrics = event.get("Task Metrics") or {}
+                    peak = metrics.get("Peak Execution Memory", 0) or 0
                     out[asset]["task_peak_bytes"] = max(out[asset]["task_peak_bytes"], float(peak))
+                    # Wall time in the task (its Python workers' included) and the JVM's CPU in it.
+                    out[asset]["task_seconds"] += (metrics.get("Executor Run Time", 0) or 0) / 1000
+                    out[asset]["task_cpu_seconds"] += (metrics.get("Executor CPU Time", 0) or 0) / 1e9
     return {k: dict(v) for k, v in out.items()}
 
 
@@ -431,21 +436,24 @@ def render(args: argparse.Namespace, inputs: dict[int, dict], results: dict, bas
         lines += [
             f"Per asset, {inputs[n]['accepted']:,} notifications, {MODE_TITLES[mode]}:",
             "",
-            "| asset | seconds | Spark jobs | stages | tasks | shuffled (MiB) | largest task peak (MiB) |",
-            "|---|---|---|---|---|---|---|",
+            "| asset | seconds | Spark jobs | stages | tasks | task time (s) | task JVM CPU (s) | shuffled (MiB) "
+            "| largest task peak (MiB) |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         spark = r["spark"]
         for asset, secs in sorted(r["steps"].items(), key=lambda kv: -kv[1]):
             m = spark.get(asset, {})
             lines.append(
                 f"| {asset} | {secs:.1f} | {m.get('jobs', 0):.0f} | {m.get('stages', 0):.0f} | {m.get('tasks', 0):.0f} "
+                f"| {m.get('task_seconds', 0):.1f} | {m.get('task_cpu_seconds', 0):.1f} "
                 f"| {_mib(m.get('shuffle_bytes', 0))} | {_mib(m.get('task_peak_bytes', 0))} |"
             )
         other = spark.get("other")
         if other:
             lines.append(
                 f"| (outside any asset) | | {other.get('jobs', 0):.0f} | {other.get('stages', 0):.0f} | "
-                f"{other.get('tasks', 0):.0f} | {_mib(other.get('shuffle_bytes', 0))} | "
+                f"{other.get('tasks', 0):.0f} | {other.get('task_seconds', 0):.1f} | "
+                f"{other.get('task_cpu_seconds', 0):.1f} | {_mib(other.get('shuffle_bytes', 0))} | "
                 f"{_mib(other.get('task_peak_bytes', 0))} |"
             )
         lines.append("")
