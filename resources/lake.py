@@ -687,6 +687,7 @@ class LakeResource(ConfigurableResource):
         outer: tuple[str, Mapping[str, Sequence[str]]] | None = None,
         sort_by: Sequence[str] = (),
         clustered: bool = False,
+        row_group_bytes: int | None = None,
     ) -> str:
         """Write ``df`` partitioned by ``column`` to a fresh staging folder; rows for values not in
         ``wanted`` are a bug in the caller and raise (the staging folder is removed).
@@ -697,6 +698,10 @@ class LakeResource(ConfigurableResource):
         value of it, the wanted values of ``column``): folders ``outer=o/column=v`` (see
         ``replace_in_subfolders``); ``wanted`` is then unused. ``sort_by``: each file's rows in the order
         of these columns (a reader filtering on them then skips the Parquet pages of other values).
+        ``row_group_bytes``: Parquet row groups of about this size rather than the writer's 128 MB, for
+        rows that carry large nested values: the vectorized reader decodes up to a whole row group's
+        worth of rows at once (4,096), and holds every string of a map column in that batch in one
+        array, so a row group of large maps asks the reader for one contiguous block of its size.
         ``clustered``: the caller's rows come from inputs that each hold one folder's rows (the landing
         segments of one hour, the message store files of one hour), so each task writes one file into
         one folder as it is: gathering each folder's rows in one task would shuffle every row.
@@ -722,6 +727,8 @@ class LakeResource(ConfigurableResource):
         writer = df.write.mode("overwrite").partitionBy(*folders, column, *([split.column] if split else []))
         for name in no_dictionary:
             writer = writer.option(f"parquet.enable.dictionary#{name}", "false")
+        if row_group_bytes is not None:
+            writer = writer.option("parquet.block.size", str(row_group_bytes))
         writer.parquet(staging)
         staged = (
             {o: f"{staging}/{outer[0]}={o}" for o in fs.list_partition_values(staging, outer[0])}
@@ -864,19 +871,30 @@ class LakeResource(ConfigurableResource):
         folder_files: Mapping[str, Mapping[str, str]] | None = None,
         sort_by: Sequence[str] = (),
         clustered: bool = False,
+        row_group_bytes: int | None = None,
     ) -> None:
         """Write ``df`` as exactly the ``column=value`` folders ``values`` (emptying those without rows).
 
         Staged, then swapped folder by folder (see ``replace_partitions``). Rows for other values raise.
         ``folder_files`` ({value: {name: text}}) are written into the staged folders before the swap;
-        ``sort_by``: each file's rows in the order of these columns; ``clustered``: see ``_stage``.
+        ``sort_by``: each file's rows in the order of these columns; ``clustered`` and
+        ``row_group_bytes``: see ``_stage``.
         """
         fs = self.files()
         wanted = sorted({str(v) for v in values})
         if not wanted:
             return
         self.recover(dataset)
-        staging = self._stage(df, dataset, column, wanted, no_dictionary, sort_by=sort_by, clustered=clustered)
+        staging = self._stage(
+            df,
+            dataset,
+            column,
+            wanted,
+            no_dictionary,
+            sort_by=sort_by,
+            clustered=clustered,
+            row_group_bytes=row_group_bytes,
+        )
         for value, named in (folder_files or {}).items():
             if str(value) not in wanted:
                 fs.delete(staging)
@@ -966,6 +984,7 @@ class LakeResource(ConfigurableResource):
                     one_file,
                     sort_by=w.sort_by,
                     clustered=clustered,
+                    row_group_bytes=w.row_group_bytes,
                 )
                 for df, no_dictionary, split, one_file, clustered in (
                     [(w.df, w.no_dictionary, w.split, False, w.clustered)]
@@ -1077,6 +1096,8 @@ class FolderAdd:
     subfolder: str = ""
     remove_prefixes: Sequence[str] = ()
     sort_by: Sequence[str] = ()
+    # Parquet row groups of about this many bytes (see ``LakeResource._stage``).
+    row_group_bytes: int | None = None
 
     def __post_init__(self) -> None:
         for prefix in [*(p for _, p in self.adds), *self.remove_prefixes]:
@@ -1097,6 +1118,8 @@ class FolderWrite:
     sort_by: Sequence[str] = ()
     # Each task's rows already fall in one folder (see ``LakeResource._stage``).
     clustered: bool = False
+    # Parquet row groups of about this many bytes (see ``LakeResource._stage``).
+    row_group_bytes: int | None = None
 
     @staticmethod
     def hours(
@@ -1134,7 +1157,7 @@ class SubfoldersWrite:
                 raise ValueError(
                     f"writes of {first.dataset}/{first.column} and {w.dataset}/{w.column} cannot share a Spark write"
                 )
-            if w.split is not None or w.sort_by or w.no_dictionary:
+            if w.split is not None or w.sort_by or w.no_dictionary or w.row_group_bytes is not None:
                 raise ValueError(f"{w.dataset} {w.subfolder}: a write into subfolders is not split, sorted or tuned")
 
     @property

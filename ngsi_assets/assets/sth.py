@@ -86,6 +86,11 @@ ROLLUPS_COMPLETE = "_complete.json"
 # a bucket holding this many is compacted by the next batch that adds to it.
 BATCH_ROLLUPS_PREFIX = "batch-"
 MAX_BATCH_ROLLUPS = 24
+# The rollups' row groups: a month row's `occur` map holds every distinct string value of its
+# attribute that month, and Parquet's reader decodes a row group's maps in one batch; 2,430 month
+# rows of 3,000,000 notifications (107 MB of keys in one 128 MB row group) made it ask a 4 GB
+# driver for 67 MB of contiguous heap, which failed.
+ROLLUP_ROW_GROUP_BYTES = 8 * 1024 * 1024
 REJECTS = "sth_rejects"
 EXAMPLES = 5
 # Collections listed one by one in the metadata; the rest are summed up.
@@ -126,7 +131,9 @@ def _update_rollups(
                 old = lake.read_folders(session, ROLLUPS, "bucket", buckets, schema=STH_ROLLUPS)
                 if old is not None:
                     merged = old.where(~F.col("part").isin(*receive_parts(dts))).unionByName(rows)
-            lake.replace_folders(merged, ROLLUPS, "bucket", buckets, sort_by=ROLLUP_ORDER)
+            lake.replace_folders(
+                merged, ROLLUPS, "bucket", buckets, sort_by=ROLLUP_ORDER, row_group_bytes=ROLLUP_ROW_GROUP_BYTES
+            )
     finally:
         rows.unpersist()
     if not complete:
@@ -165,10 +172,27 @@ def _add_batch_rollups(
     if full:
         old = lake.read_folders(session, ROLLUPS, "bucket", full, schema=STH_ROLLUPS)
         assert old is not None, "buckets with files"
-        writes.append(FolderWrite(compact_rollups(old), ROLLUPS, "bucket", full, sort_by=ROLLUP_ORDER))
+        writes.append(
+            FolderWrite(
+                compact_rollups(old),
+                ROLLUPS,
+                "bucket",
+                full,
+                sort_by=ROLLUP_ORDER,
+                row_group_bytes=ROLLUP_ROW_GROUP_BYTES,
+            )
+        )
     prefix = _batch_prefix(batch)
     writes.append(
-        FolderAdd([(rows, prefix)], ROLLUPS, "bucket", buckets, remove_prefixes=(prefix,), sort_by=ROLLUP_ORDER)
+        FolderAdd(
+            [(rows, prefix)],
+            ROLLUPS,
+            "bucket",
+            buckets,
+            remove_prefixes=(prefix,),
+            sort_by=ROLLUP_ORDER,
+            row_group_bytes=ROLLUP_ROW_GROUP_BYTES,
+        )
     )
     lake.replace_together(writes)
 

@@ -585,6 +585,44 @@ def test_sorted_writes_keep_each_files_rows_in_order(spark: SparkSession, tmp_pa
         )  # fmt: skip
 
 
+@pytest.mark.spark
+def test_row_group_bytes_bounds_the_row_groups_of_rows_with_large_maps(spark: SparkSession, tmp_path: Path) -> None:
+    """``row_group_bytes``: files of rows carrying large maps (about 13 KB of keys each) are written as
+    row groups of about that size, by a replace, an add and a write beside others; without it, each
+    file is one row group (what Parquet's vectorized reader then decodes in one batch)."""
+    import pyarrow.parquet as pq
+
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    keys = F.transform(F.sequence(F.lit(1), F.lit(200)), lambda i: F.sha2(F.concat_ws("/", F.col("id"), i), 256))
+    rows = spark.range(600).select(
+        (F.col("id") % 2).cast("int").alias("bucket"),
+        F.col("id"),
+        F.map_from_arrays(keys, F.sequence(F.lit(1), F.lit(200))).alias("occur"),
+    )
+    bound = 1024 * 1024
+
+    def row_groups(dataset: str) -> list[int]:
+        files = sorted((tmp_path / "lake" / dataset).glob("bucket=*/*.parquet"))
+        assert files, dataset
+        meta = [pq.ParquetFile(f).metadata for f in files]
+        return [m.row_group(g).total_byte_size for m in meta for g in range(m.num_row_groups)]
+
+    lake.replace_folders(rows, "whole", "bucket", [0, 1])
+    assert len(row_groups("whole")) == 2
+    lake.replace_folders(rows, "bounded", "bucket", [0, 1], row_group_bytes=bound)
+    lake.replace_together(
+        [
+            FolderAdd([(rows, "add-")], "added", "bucket", [0, 1], row_group_bytes=bound),
+            FolderWrite(rows, "beside", "bucket", [0, 1], row_group_bytes=bound),
+        ]
+    )
+    for dataset in ("bounded", "added", "beside"):
+        sizes = row_groups(dataset)
+        assert len(sizes) >= 6, (dataset, sizes)
+        assert max(sizes) <= 2 * bound, (dataset, sizes)
+        assert lake.read_folders(spark, dataset, "bucket", None).where(F.size("occur") == 200).count() == 600
+
+
 def _staged(root: Path, dataset: str, name: str, age_s: float = 0.0) -> Path:
     folder = root / STAGING / dataset / name
     folder.mkdir(parents=True)
