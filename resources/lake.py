@@ -700,8 +700,9 @@ class LakeResource(ConfigurableResource):
         of these columns (a reader filtering on them then skips the Parquet pages of other values).
         ``row_group_bytes``: Parquet row groups of about this size rather than the writer's 128 MB, for
         rows that carry large nested values: the vectorized reader decodes up to a whole row group's
-        worth of rows at once (4,096), and holds every string of a map column in that batch in one
-        array, so a row group of large maps asks the reader for one contiguous block of its size.
+        rows at once (4,096), and holds every string of a map column in that batch in one array, so a
+        row group of large maps asks the reader for one contiguous block of its decoded size. The
+        writer counts the size as written, compressed: decoded, a row group is several times larger.
         ``clustered``: the caller's rows come from inputs that each hold one folder's rows (the landing
         segments of one hour, the message store files of one hour), so each task writes one file into
         one folder as it is: gathering each folder's rows in one task would shuffle every row.
