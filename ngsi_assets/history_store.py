@@ -65,6 +65,7 @@ from ngsi_assets.transforms.transaction_history import (
     transaction_faults,
 )
 from ngsi_assets.transforms.versioned_entities import OPEN_PREFIX, bucket_column
+from resources.frames import empty_frame
 from resources.history import DEFAULT_SCHEMA
 from resources.lake import LakeResource
 from resources.parallel import DEFAULT_WORKERS, results, side_by_side
@@ -259,11 +260,11 @@ class HistoryStore:
 
     def _history_rows(self, folder: str, txns: Sequence[int] | None = None) -> DataFrame:
         df = self.lake.read_folders(self.spark, HISTORY_DS, TXN, txns, subfolder=folder, schema=HISTORY)
-        return df if df is not None else self.spark.createDataFrame([], HISTORY)
+        return df if df is not None else empty_frame(self.spark, HISTORY)
 
     def _head(self, folder: str, buckets: Sequence[int] | None) -> DataFrame:
         df = self.lake.read_folders(self.spark, HEAD_DS, BUCKET, buckets, subfolder=folder, schema=HEAD)
-        return df if df is not None else self.spark.createDataFrame([], HEAD)
+        return df if df is not None else empty_frame(self.spark, HEAD)
 
     def recover(self, folder: str) -> None:
         """Undo an unfinished transaction of the space (see the module docstring)."""
@@ -370,10 +371,7 @@ class HistoryStore:
         latest = self.latest(folder)
         versions = self._open_versions(folder, changed_buckets)
         head = self._head(folder, changed_buckets)
-        if versions is None:
-            current = self.spark.createDataFrame([], CURRENT)
-        else:
-            current = current_features(versions, key_fields)
+        current = empty_frame(self.spark, CURRENT) if versions is None else current_features(versions, key_fields)
         # How many rows to expect, to size the numbering's partitions before the changes are counted:
         # the previous transaction's, or for a first transaction from the size of the versions it reads.
         if latest is not None:

@@ -40,6 +40,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
+from resources.frames import empty_frame
 from resources.parallel import results, side_by_side
 
 PARTITION_COLUMN = "dt"
@@ -488,7 +489,7 @@ class LakeResource(ConfigurableResource):
         else:
             paths = [p for p in (self.partition_uri(dataset, k) for k in partition_keys) if fs.exists(p)]
         if not paths:
-            return spark.createDataFrame([], full_schema)
+            return empty_frame(spark, full_schema)
         return spark.read.schema(full_schema).option("basePath", uri).parquet(*paths)
 
     def replace_partitions(
@@ -599,7 +600,7 @@ class LakeResource(ConfigurableResource):
                 if self.increment_of(name) in wanted or (whole and _whole_hour_file(name)):
                     paths.append(f"{folder}/{name}")
         if not paths:
-            return spark.createDataFrame([], full_schema)
+            return empty_frame(spark, full_schema)
         return spark.read.schema(full_schema).option("basePath", self.dataset_uri(dataset)).parquet(*paths)
 
     def hours_hold_rows(self, dataset: str, partition_keys: Sequence[str]) -> bool:

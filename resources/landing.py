@@ -12,6 +12,7 @@ from pydantic import Field
 from pyspark.sql import DataFrame, SparkSession
 
 from ngsi_assets.ingest.landing import SegmentInfo, complete_prefix, list_segments
+from resources.frames import empty_frame
 from resources.landing_source import RANGE_SOURCE, LandingRangeSource, piece_bytes
 
 # Ranges of landing segments: {"dt=YYYY-MM-DD-HH/<segment>.jsonl": [start, end], ...}, byte offsets.
@@ -64,7 +65,7 @@ class LandingZoneResource(ConfigurableResource):
         root = Path(self.root).resolve()
         spec = [[str(root / name), int(start), int(end)] for name, start, end in sorted(triples) if end > start]
         if not spec:
-            return spark.createDataFrame([], "value string")
+            return empty_frame(spark, "value string")
         spark.dataSource.register(LandingRangeSource)
         # As many pieces as the session's shuffles have partitions (twice the cores by default).
         tasks = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)

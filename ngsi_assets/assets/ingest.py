@@ -46,6 +46,7 @@ from ngsi_assets.transforms.message_store import (
 from ngsi_assets.transforms.ngsi_events import ngsi_event_rejects, ngsi_messages, to_ngsi_events
 from ngsi_assets.transforms.plans import first_rows
 from ngsi_assets.transforms.schemas import MESSAGE_STORE, NGSI_EVENT_REJECTS, NGSI_EVENTS
+from resources.frames import empty_frame
 from resources.lake import PARTITION_COLUMN, FolderWrite, LakeResource, key_to_dt
 from resources.landing import LandingZoneResource
 from resources.spark import collect_small, computed_once, row_count
@@ -123,7 +124,7 @@ def _store_hours(
         earlier = lake.read(session, "message_store", MESSAGE_STORE).where(F.col(PARTITION_COLUMN) < first_dt)
         earlier_guids = earlier.where(F.col("guid").isNotNull()).select("guid")
     else:
-        earlier_guids = session.createDataFrame([], "guid string")
+        earlier_guids = empty_frame(session, "guid string")
     positions = {k: {n: [(0, r[1])] for n, r in ranges.items() if segment_hour(n) == k} for k in keys}
     lake.replace_partitions(
         _stored_rows(lines, earlier_guids, heads),
@@ -185,7 +186,7 @@ def _store_increment(
         # Guids are deduplicated against every message stored before; skipped when the increment
         # has none, so a run does not read the whole history's guids for nothing.
         earlier = lake.read(session, "message_store", MESSAGE_STORE).where(F.col(PARTITION_COLUMN) <= key_to_dt(key))
-        earlier_guids = earlier.select("guid") if has_guids else session.createDataFrame([], "guid string")
+        earlier_guids = earlier.select("guid") if has_guids else empty_frame(session, "guid string")
         lake.append_increment(
             _stored_rows(lines, earlier_guids, heads), "message_store", key, inc.id, no_dictionary=["data"]
         )

@@ -71,6 +71,7 @@ from ngsi_assets.transforms.sth import (
     unaccounted_samples,
     with_tombstones,
 )
+from resources.frames import empty_frame
 from resources.lake import PARTITION_COLUMN, FolderAdd, FolderWrite, LakeResource, key_to_dt
 from resources.mongo import MongoResource, with_server_limit
 from resources.parallel import results, side_by_side
@@ -550,7 +551,7 @@ def _rebuilt_documents(
     their rollup ``buckets``, read through ``narrowing`` when given."""
     stored = lake.read_folders(session, ROLLUPS, "bucket", buckets, schema=STH_ROLLUPS)
     if stored is None:
-        stored = session.createDataFrame([], STH_ROLLUPS)
+        stored = empty_frame(session, STH_ROLLUPS)
     else:
         if narrowing is not None:
             stored = stored.where(narrowing)

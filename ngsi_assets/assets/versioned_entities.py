@@ -99,6 +99,7 @@ from ngsi_assets.transforms.versioned_entities import (
     typed_versions,
     union_all,
 )
+from resources.frames import empty_frame
 from resources.lake import (
     PARTITION_COLUMN,
     FileSplit,
@@ -315,7 +316,7 @@ class VersioningRun:
         fields: Fields = dict(definition.stored_fields)
         table = self.table(EntityWork(entity_name, definition), fields)
         if table is None:
-            return self.spark.createDataFrame([], "guid string, values map<string,string>")
+            return empty_frame(self.spark, "guid string, values map<string,string>")
         return live_rows(table, fields)
 
     # -- the run --------------------------------------------------------------------------------
@@ -692,7 +693,7 @@ class VersioningRun:
             if rewritten
             else None
         )
-        old = old or self.spark.createDataFrame([], ENTITY_RECORDS)
+        old = old or empty_frame(self.spark, ENTITY_RECORDS)
         # What the run replaces: its hours' records, or the records of its batch's messages (stored by an
         # earlier attempt of the same batch).
         if self.batch:
@@ -811,7 +812,7 @@ class VersioningRun:
         )
         if records is not None:
             parts.append(record_marks(records))
-        return merged_marks(parts) if parts else self.spark.createDataFrame([], RECORD_MARKS)
+        return merged_marks(parts) if parts else empty_frame(self.spark, RECORD_MARKS)
 
     def _store_refreshes(self, refreshes_new: DataFrame, folder: str, any_new: bool) -> None:
         """Replace the run's hours of the entity's refresh events (skipped when there were and are none,
@@ -1006,7 +1007,7 @@ def fold_hours(
     received = hours_received(lake, plan.contents)
     how = "whole"
     if plan.todo == []:
-        return Folding([], spark.createDataFrame([], MESSAGE_LOG), "nothing new", received_ms=received)
+        return Folding([], empty_frame(spark, MESSAGE_LOG), "nothing new", received_ms=received)
     if plan.todo:
         plan.drop_unfinished_batches(lake, (ERRORS_DS, LOG_DS, INDEX_DS))
         messages = plan.read(lake, spark, "message_store", MESSAGE_STORE)

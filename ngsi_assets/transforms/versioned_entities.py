@@ -74,6 +74,7 @@ from ngsi_assets.ngsi.versioning import (
 )
 from ngsi_assets.transforms.conversions import convert_value, typed_column
 from ngsi_assets.transforms.partitioning import cluster_by
+from resources.frames import empty_frame
 
 # Namespace of entity guids (uuid5 of "<entity>\n<key JSON>").
 GUID_NAMESPACE = uuid.UUID("6b1f0f3e-3c0a-5d7e-9a55-5e0d1f7c2a41")
@@ -759,13 +760,13 @@ def _resolve_link(
 
 
 def _empty(like: DataFrame, schema: StructType) -> DataFrame:
-    return like.sparkSession.createDataFrame([], schema)
+    return empty_frame(like.sparkSession, schema)
 
 
 def union_all(frames: Sequence[DataFrame], schema: StructType, spark: SparkSession) -> DataFrame:
     """The frames stacked by column name, projected on ``schema`` (an empty frame of it when none)."""
     if not frames:
-        return spark.createDataFrame([], schema)
+        return empty_frame(spark, schema)
     names = schema.fieldNames()
     out = frames[0].select(*names)
     for frame in frames[1:]:
