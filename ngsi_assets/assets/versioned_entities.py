@@ -702,17 +702,16 @@ class VersioningRun:
         else:
             replaced = old.where(F.col(PARTITION_COLUMN).isin(self.dts))
             kept = old.where(~F.col(PARTITION_COLUMN).isin(self.dts))
-        records = kept.unionByName(new.select(*ENTITY_RECORDS.fieldNames()))
+        new_records = new.select(*ENTITY_RECORDS.fieldNames())
+        records = kept.unionByName(new_records)
         touched = new.select("guid").union(replaced.select("guid"))
         if refresh_targets is not None:
             touched = touched.union(refresh_targets.select("guid"))
         touched = touched.distinct()
-        if on_top is None:
-            return records, touched, records.join(touched, "guid", "left_semi")
-        to_fold = records.join(touched.join(on_top, "guid", "left_anti"), "guid", "left_semi").unionByName(
-            new.select(*ENTITY_RECORDS.fieldNames()).join(on_top, "guid", "left_semi")
-        )
-        return records, touched, to_fold
+        # Every new record's key is touched, and a key ``on_top`` folds its new records only: of the
+        # records, only the kept ones are joined (none in a bucket with no stored records: no join).
+        folded = touched if on_top is None else touched.join(on_top, "guid", "left_anti")
+        return records, touched, kept.join(folded, "guid", "left_semi").unionByName(new_records)
 
     def _latest_versions(
         self, work: EntityWork, fields: Fields, files: dict[str, list[str]]
