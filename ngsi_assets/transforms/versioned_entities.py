@@ -544,7 +544,7 @@ def map_ngsi_default(source: DataFrame) -> MappedRecords:
     )
     bad = df.where(F.size("_errs") > 0)
     errors = _error_rows(bad, None)
-    return MappedRecords(records, errors, _empty(source, REFRESHES), {})
+    return MappedRecords(records, errors, empty_frame(source.sparkSession, REFRESHES), {})
 
 
 def map_to_target(
@@ -757,10 +757,6 @@ def _resolve_link(
         )
         .drop("_lj", "_ln", "_lg")
     )
-
-
-def _empty(like: DataFrame, schema: StructType) -> DataFrame:
-    return empty_frame(like.sparkSession, schema)
 
 
 def union_all(frames: Sequence[DataFrame], schema: StructType, spark: SparkSession) -> DataFrame:
