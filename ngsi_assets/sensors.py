@@ -71,11 +71,23 @@ class ContinuousSettings(VariableSettings):
 
     what: ClassVar[str] = "continuous mode settings"
 
+    # Derived runs as often as their cost allows: at least derived_interval_s apart, and each run's
+    # duration at most derived_share of the time since the one before, so the derived lane takes a
+    # bounded part of the machine whatever the traffic (a run of 15 s: every 60 s; of 40 s at a higher
+    # rate: every 160 s), and the increments keep the rest.
     derived_interval_s: float = Field(
-        300.0,
+        60.0,
         gt=0,
         alias="NGSI_DERIVED_INTERVAL_S",
-        description="Seconds between derived runs (versioned entities, history) of an hour in progress.",
+        description="Least seconds between derived runs (versioned entities, history) of an hour in progress.",
+    )
+    derived_share: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        alias="NGSI_DERIVED_SHARE",
+        description="Part of the time the derived runs may take: the next one waits at least the last one's "
+        "duration divided by this.",
     )
     # Entities and history spaces a derived run processes at once (the run tag ngsi/side-by-side):
     # one leaves the second core to the increments; a whole-hour run keeps the assets' default.
@@ -112,6 +124,11 @@ class ContinuousSettings(VariableSettings):
         description="true: the increment runs add their samples to the STH aggregates (seconds behind); false: the "
         "derived runs do, every NGSI_DERIVED_INTERVAL_S (shorter increment runs, fresher last data).",
     )
+
+    def derived_interval(self, last_run_s: float | None) -> float:
+        """Seconds between two derived runs of an hour, after one that took ``last_run_s`` (None: none
+        finished yet)."""
+        return max(self.derived_interval_s, (last_run_s or 0.0) / self.derived_share)
 
     @property
     def increment_assets(self) -> tuple[str, ...]:
@@ -191,6 +208,8 @@ class OpenRuns:
     ingest_waiting: bool = False  # an ingest-lane run that has not started
     ingest_hours: frozenset[str] = frozenset()  # hours with an ingest-lane run queued or executing
     derived_waiting: bool = False
+    # Seconds the newest finished derived run took (start to end), None when none has finished.
+    last_derived_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -254,7 +273,8 @@ def plan_landing_runs(
       already: then nothing (that run will take them). One run executes, one waits, at most.
     - An hour whose increments moved since its last derived run gets a derived run when it is
       closed (its end plus ``hour_grace_s`` has passed, nothing of it is pending or executing) or
-      when ``derived_interval_s`` has passed since the last one; one waiting derived run at most.
+      when ``settings.derived_interval(open_runs.last_derived_s)`` has passed since the last one (the
+      least interval, longer after a long run); one waiting derived run at most.
       Hours are folded in order: a later hour gets none while an ended one waits for its closing run.
     - Hours older than the lookback are sealed into one signature; data appearing there (files
       restored by hand) gets whole-hour runs, as does an hour known only to a cursor from before
@@ -332,7 +352,8 @@ def plan_landing_runs(
                 and hour not in open_runs.ingest_hours
             )
             # An hour that has ended waits for its closing run rather than a periodic one.
-            due = now < _hour_end(hour) and now.timestamp() - derived_at.get(hour, 0.0) >= settings.derived_interval_s
+            interval = settings.derived_interval(open_runs.last_derived_s)
+            due = now < _hour_end(hour) and now.timestamp() - derived_at.get(hour, 0.0) >= interval
             # Not in the tick of an hour's first increment: the run would find nothing to fold. Any
             # later tick may ask for both; under steady traffic nearly every tick asks for an
             # increment, and a derived run that waited for a tick without one never came (measured:
@@ -419,7 +440,22 @@ def open_landing_runs(instance: DagsterInstance) -> OpenRuns:
         ingest_waiting=any(r.status in _WAITING_RUN_STATUSES for r in ingest),
         ingest_hours=frozenset(r.tags[PARTITION_TAG] for r in ingest if PARTITION_TAG in r.tags),
         derived_waiting=any(r.status in _WAITING_RUN_STATUSES for r in runs if DERIVED_LANE in r.tags),
+        last_derived_s=last_derived_run_s(instance),
     )
+
+
+def last_derived_run_s(instance: DagsterInstance) -> float | None:
+    """Seconds the newest finished derived run took, from its start to its end; None when none has."""
+    records = instance.get_run_records(
+        filters=RunsFilter(
+            job_name=derived_job.name,
+            statuses=[DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED],
+        ),
+        limit=1,
+    )
+    if not records or records[0].start_time is None or records[0].end_time is None:
+        return None
+    return max(0.0, records[0].end_time - records[0].start_time)
 
 
 def repair_requests(instance: DagsterInstance, now: datetime | None = None) -> list[LandingRequest]:

@@ -222,6 +222,68 @@ def test_steady_traffic_gets_its_derived_runs_beside_the_increments() -> None:
     assert derived_ticks == [5, 305, 605]
 
 
+def test_a_long_derived_run_spaces_out_the_next_ones_to_its_share_of_the_time() -> None:
+    """Derived runs are at least the least interval apart, and a run that took long makes the next one
+    wait its duration over ``derived_share``: the derived lane keeps to its part of the machine."""
+    settings = ContinuousSettings(derived_interval_s=60, derived_share=0.25, hour_grace_s=120)
+    assert settings.derived_interval(None) == 60
+    assert settings.derived_interval(10.0) == 60
+    assert settings.derived_interval(40.0) == 160
+
+    def derived_ticks(last_derived_s: float | None) -> list[int]:
+        t = BASE + timedelta(minutes=10)
+        cursor, ticks = LandingCursor(), []
+        for tick in range(0, 400, 5):
+            requests, cursor = _plan(
+                [_seg(0, "a", 10 + tick)],
+                cursor,
+                now=t + timedelta(seconds=tick),
+                open_runs=OpenRuns(last_derived_s=last_derived_s),
+                settings=settings,
+            )
+            ticks += [tick for r in requests if r.job_name == "ngsi_derived_job"]
+        return ticks
+
+    assert derived_ticks(None) == [5, 65, 125, 185, 245, 305, 365]
+    assert derived_ticks(12.0) == [5, 65, 125, 185, 245, 305, 365]
+    assert derived_ticks(50.0) == [5, 205]
+
+
+@pytest.mark.parametrize("share", [0, -0.5, 1.5])
+def test_a_derived_share_outside_zero_to_one_is_refused(share: float) -> None:
+    with pytest.raises(ValueError, match="NGSI_DERIVED_SHARE"):
+        ContinuousSettings.from_env({"NGSI_DERIVED_SHARE": str(share)})
+
+
+def test_the_sensor_reads_how_long_the_last_finished_derived_run_took(tmp_path: Path) -> None:
+    from dagster._core.events import DagsterEvent, DagsterEventType
+
+    from ngsi_assets.sensors import last_derived_run_s, open_landing_runs
+
+    t = Ticks(tmp_path)
+    assert last_derived_run_s(t.instance) is None
+    start = datetime(2026, 3, 1, 0, 10, tzinfo=UTC)
+
+    def finished(run_id: str, job_name: str, seconds: float, status: DagsterRunStatus) -> None:
+        request = RunRequest(run_key=run_id, job_name=job_name, partition_key=_key(0), tags={DERIVED_LANE: "1"})
+        t.put(request, DagsterRunStatus.STARTING, run_id=run_id)
+        end_type = DagsterEventType.RUN_SUCCESS if status == DagsterRunStatus.SUCCESS else DagsterEventType.RUN_FAILURE
+        for event_type, at in ((DagsterEventType.RUN_START, start), (end_type, start + timedelta(seconds=seconds))):
+            t.instance.run_storage.handle_run_event(
+                run_id, DagsterEvent(event_type.value, job_name=job_name), update_timestamp=at
+            )
+
+    finished("derived-1", "ngsi_derived_job", 12.5, DagsterRunStatus.SUCCESS)
+    assert last_derived_run_s(t.instance) == pytest.approx(12.5)
+    # The newest one counts, failed or not; other jobs' runs and a derived run still executing do not.
+    finished("derived-2", "ngsi_derived_job", 48.0, DagsterRunStatus.FAILURE)
+    finished("increment-1", "ngsi_increment_job", 300.0, DagsterRunStatus.SUCCESS)
+    t.put(RunRequest(run_key="d3", job_name="ngsi_derived_job", partition_key=_key(0), tags={DERIVED_LANE: "1"}),
+          DagsterRunStatus.STARTED, run_id="derived-3")  # fmt: skip
+    assert last_derived_run_s(t.instance) == pytest.approx(48.0)
+    assert open_landing_runs(t.instance).last_derived_s == pytest.approx(48.0)
+
+
 def test_a_new_hour_gets_no_derived_run_before_the_closing_run_of_the_hour_before() -> None:
     """In continuous mode the first derived run of hour 1 waits for hour 0's closing run, whose tail
     folded after hour 1 would come late for every key."""
