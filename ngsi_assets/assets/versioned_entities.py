@@ -842,10 +842,11 @@ class VersioningRun:
         no_clashes = F.array().cast("array<string>")
         datahub = datahub_source_records(messages).withColumn("clashes", no_clashes)
         csv_records, csv_errors = csv_source_records(messages, self.schema.csv_systems())
-        (source,) = computed_once(
-            datahub.unionByName(csv_records.withColumn("clashes", no_clashes)).unionByName(ngsi_source_records(events))
+        # The source records and the refresh messages: one job.
+        source, refreshing = computed_once(
+            datahub.unionByName(csv_records.withColumn("clashes", no_clashes)).unionByName(ngsi_source_records(events)),
+            refresh_messages(messages),
         )
-        (refreshing,) = computed_once(refresh_messages(messages))
         if self.batch:  # the messages whose earlier records a batch replaces
             self._batch_messages = source.select("message_identifier").distinct()
         # The buckets each entity's records of the run's hours were in (one small read for all
