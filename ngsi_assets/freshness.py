@@ -170,7 +170,7 @@ class FreshnessSettings(VariableSettings):
         gt=0,
         alias="NGSI_FRESHNESS_LIMIT_S",
         description="Seconds an asset may lag behind what the receiver acknowledged before its freshness check "
-        "fails (the derived lane's assets: plus NGSI_DERIVED_INTERVAL_S).",
+        "fails (the derived lane's assets: plus the time between two derived runs and a derived run).",
     )
     report_s: float = Field(
         300.0,
@@ -180,16 +180,26 @@ class FreshnessSettings(VariableSettings):
     )
 
 
-def asset_limits(env: Mapping[str, str]) -> dict[str, float]:
+def asset_limits(env: Mapping[str, str], last_derived_s: float | None = None) -> dict[str, float]:
     """The freshness limit of each followed asset, from the ``NGSI_*`` variables in ``env``: the
-    assets outside the increments (the derived lane's) are brought up to date every
-    ``NGSI_DERIVED_INTERVAL_S`` by design, so they get it on top."""
+    assets outside the increments (the derived lane's) are brought up to date by derived runs, by
+    design as often as their cost allows (``ContinuousSettings.derived_interval`` after a run of
+    ``last_derived_s``, the newest finished derived run's seconds), so they get that interval and
+    that run's duration on top."""
     from ngsi_assets.sensors import ContinuousSettings  # the sensors module imports this one
 
     limit_s = FreshnessSettings.from_env(env).limit_s
     continuous = ContinuousSettings.from_env(env)
     increments = continuous.increment_assets
-    return {a: limit_s + (0.0 if a in increments else continuous.derived_interval_s) for a in FOLLOWED}
+    derived = continuous.derived_interval(last_derived_s) + (last_derived_s or 0.0)
+    return {a: limit_s + (0.0 if a in increments else derived) for a in FOLLOWED}
+
+
+def instance_limits(instance: DagsterInstance) -> dict[str, float]:
+    """``asset_limits`` of this process's environment, after the instance's newest finished derived run."""
+    from ngsi_assets.sensors import last_derived_run_s  # the sensors module imports this one
+
+    return asset_limits(os.environ, last_derived_run_s(instance))
 
 
 @dataclass(frozen=True)
@@ -326,8 +336,8 @@ def outcome(asset: str, lag: Lag, limit_s: float) -> dict[str, object]:
             CHECK_NAME,
             asset=a,
             description="Everything the receiver acknowledged more than NGSI_FRESHNESS_LIMIT_S seconds ago (plus "
-            "NGSI_DERIVED_INTERVAL_S for the derived lane's assets) is in the asset (reported by freshness_sensor; "
-            "metadata lag_s: seconds behind).",
+            "the time between two derived runs and a derived run, for the derived lane's assets) is in the asset "
+            "(reported by freshness_sensor; metadata lag_s: seconds behind).",
         )
         for a in FOLLOWED
     ],
@@ -335,7 +345,7 @@ def outcome(asset: str, lag: Lag, limit_s: float) -> dict[str, object]:
 )
 def freshness_checks(context: AssetCheckExecutionContext, landing: LandingZoneResource) -> Iterator[AssetCheckResult]:
     """The freshness of each asset now, as the sensor reports it."""
-    limits = asset_limits(os.environ)
+    limits = instance_limits(context.instance)
     found = lags(context.instance, landing, datetime.now(UTC).timestamp())
     for key in context.selected_asset_check_keys:
         asset = key.asset_key.to_user_string()
@@ -381,7 +391,7 @@ FRESHNESS_SENSOR_INTERVAL_S = 10
 )
 def freshness_sensor(context: SensorEvaluationContext, landing: LandingZoneResource) -> Iterator[SkipReason]:
     settings = FreshnessSettings.from_env(os.environ)
-    limits = asset_limits(os.environ)
+    limits = instance_limits(context.instance)
     now_s = datetime.now(UTC).timestamp()
     try:
         last = json.loads(context.cursor) if context.cursor else {}

@@ -33,6 +33,7 @@ from ngsi_assets.freshness import (
     asset_limits,
     due_reports,
     freshness_sensor,
+    instance_limits,
     lag_of,
 )
 from ngsi_assets.increments import INCREMENT_TAG, NEW_INCREMENTS_TAG, Increment
@@ -41,6 +42,7 @@ from ngsi_assets.ngsi.envelope import Envelope
 from resources.landing import LandingZoneResource
 from tests.assets.test_derived_increments import Lake
 from tests.assets.test_increments import T0, _notification, land, split_into_increments
+from tests.support.runs import finished_run
 
 # ---- pure ---------------------------------------------------------------------------------------
 
@@ -88,12 +90,29 @@ def test_the_derived_lanes_assets_get_the_derived_interval_on_top_of_the_limit()
     )
     assert back["sth_aggregates"] == 75 and back["last_data"] == 45, "STH aggregates in the derived runs"
     assert set(limits) == set(FOLLOWED)
+    # After a derived run of 20 s: it waits 80 s (a quarter of the time), and the run itself is on top.
+    after = asset_limits({"NGSI_FRESHNESS_LIMIT_S": "45", "NGSI_DERIVED_INTERVAL_S": "30"}, last_derived_s=20.0)
+    assert after["versioned_entities"] == 45 + 80 + 20 and after["last_data"] == 45
     # A lag of 60 s fails last data's check and passes the versioned entities'.
     found = {"last_data": Lag(60.0, "h", 1.0), "versioned_entities": Lag(60.0, "h", 1.0)}
     assert {r.asset: r.passed for r in due_reports(found, {}, NOW, limits, 300)} == {
         "last_data": False,
         "versioned_entities": True,
     }
+
+
+def test_the_checks_take_the_derived_cadence_from_the_newest_finished_derived_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("NGSI_FRESHNESS_LIMIT_S", "NGSI_DERIVED_INTERVAL_S", "NGSI_DERIVED_SHARE", "NGSI_STH_IN_INCREMENTS"):
+        monkeypatch.delenv(name, raising=False)
+    instance = DagsterInstance.ephemeral()
+    assert instance_limits(instance)["versioned_entities"] == 60 + 60
+    finished_run(instance, "derived-1", "ngsi_derived_job", 40.0)
+    # A run of 40 s: the next one 160 s later (a quarter of the time), and its own 40 s on top.
+    limits = instance_limits(instance)
+    assert limits["versioned_entities"] == limits["transaction_history"] == 60 + 160 + 40
+    assert limits["last_data"] == 60
 
 
 def test_settings_refuse_a_limit_that_is_not_positive() -> None:

@@ -37,6 +37,7 @@ from ngsi_assets.sensors import (
     repair_requests,
 )
 from resources.landing import LandingZoneResource
+from tests.support.runs import finished_run
 
 BASE = datetime(2026, 3, 1, 0, 0, tzinfo=UTC)
 SETTINGS = ContinuousSettings(derived_interval_s=300, hour_grace_s=120)
@@ -256,28 +257,15 @@ def test_a_derived_share_outside_zero_to_one_is_refused(share: float) -> None:
 
 
 def test_the_sensor_reads_how_long_the_last_finished_derived_run_took(tmp_path: Path) -> None:
-    from dagster._core.events import DagsterEvent, DagsterEventType
-
     from ngsi_assets.sensors import last_derived_run_s, open_landing_runs
 
     t = Ticks(tmp_path)
     assert last_derived_run_s(t.instance) is None
-    start = datetime(2026, 3, 1, 0, 10, tzinfo=UTC)
-
-    def finished(run_id: str, job_name: str, seconds: float, status: DagsterRunStatus) -> None:
-        request = RunRequest(run_key=run_id, job_name=job_name, partition_key=_key(0), tags={DERIVED_LANE: "1"})
-        t.put(request, DagsterRunStatus.STARTING, run_id=run_id)
-        end_type = DagsterEventType.RUN_SUCCESS if status == DagsterRunStatus.SUCCESS else DagsterEventType.RUN_FAILURE
-        for event_type, at in ((DagsterEventType.RUN_START, start), (end_type, start + timedelta(seconds=seconds))):
-            t.instance.run_storage.handle_run_event(
-                run_id, DagsterEvent(event_type.value, job_name=job_name), update_timestamp=at
-            )
-
-    finished("derived-1", "ngsi_derived_job", 12.5, DagsterRunStatus.SUCCESS)
+    finished_run(t.instance, "derived-1", "ngsi_derived_job", 12.5, tags={DERIVED_LANE: "1"})
     assert last_derived_run_s(t.instance) == pytest.approx(12.5)
     # The newest one counts, failed or not; other jobs' runs and a derived run still executing do not.
-    finished("derived-2", "ngsi_derived_job", 48.0, DagsterRunStatus.FAILURE)
-    finished("increment-1", "ngsi_increment_job", 300.0, DagsterRunStatus.SUCCESS)
+    finished_run(t.instance, "derived-2", "ngsi_derived_job", 48.0, success=False, tags={DERIVED_LANE: "1"})
+    finished_run(t.instance, "increment-1", "ngsi_increment_job", 300.0)
     t.put(RunRequest(run_key="d3", job_name="ngsi_derived_job", partition_key=_key(0), tags={DERIVED_LANE: "1"}),
           DagsterRunStatus.STARTED, run_id="derived-3")  # fmt: skip
     assert last_derived_run_s(t.instance) == pytest.approx(48.0)
