@@ -116,13 +116,13 @@ class ContinuousSettings(VariableSettings):
         3600.0, gt=0, alias="NGSI_HOUR_MAX_RUNTIME_S", description="Seconds after which a whole-hour run is canceled."
     )
     # Where the STH aggregates are brought up to date: in the increments (seconds behind, each
-    # increment run longer by the sth step), or in the derived runs (every NGSI_DERIVED_INTERVAL_S).
+    # increment run longer by the sth step), or in the derived runs (a minute or more behind).
     # Read when the definitions load: the jobs' selections follow it.
     sth_in_increments: bool = Field(
         True,
         alias="NGSI_STH_IN_INCREMENTS",
         description="true: the increment runs add their samples to the STH aggregates (seconds behind); false: the "
-        "derived runs do, every NGSI_DERIVED_INTERVAL_S (shorter increment runs, fresher last data).",
+        "derived runs do (shorter increment runs, fresher last data).",
     )
 
     def derived_interval(self, last_run_s: float | None) -> float:
