@@ -342,6 +342,7 @@ def plan_landing_runs(
         derived[hour] = _positions_digest(positions, hour)
         derived_at[hour] = now.timestamp()
     if not open_runs.derived_waiting:
+        interval = settings.derived_interval(open_runs.last_derived_s)
         for hour in sorted({segment_hour(n) for n in positions}):
             digest = _positions_digest(positions, hour)
             if derived.get(hour) == digest:
@@ -352,7 +353,6 @@ def plan_landing_runs(
                 and hour not in open_runs.ingest_hours
             )
             # An hour that has ended waits for its closing run rather than a periodic one.
-            interval = settings.derived_interval(open_runs.last_derived_s)
             due = now < _hour_end(hour) and now.timestamp() - derived_at.get(hour, 0.0) >= interval
             # Not in the tick of an hour's first increment: the run would find nothing to fold. Any
             # later tick may ask for both; under steady traffic nearly every tick asks for an
