@@ -189,6 +189,7 @@ def _run_materialize(args: argparse.Namespace) -> int:
 
 
 def _configure_spark(parser: argparse.ArgumentParser) -> None:
+    from ngsi_assets import spark_warmup
     from ngsi_assets.spark_servers import DEFAULT_CONNECT_PORT
 
     servers = parser.add_subparsers(dest="server", required=True, metavar="SERVER")
@@ -207,6 +208,12 @@ def _configure_spark(parser: argparse.ArgumentParser) -> None:
     worker.add_argument("--cores", type=int, default=1)
     worker.add_argument("--memory", default="2g")
     worker.add_argument("--webui-port", type=int, default=8081)
+    warm = servers.add_parser(
+        "warm-up",
+        help="run the main job through a new Spark Connect server on a throwaway sample, so its first runs are fast",
+        description=spark_warmup.__doc__.split("\n\n")[0] if spark_warmup.__doc__ else None,
+    )
+    spark_warmup.configure(warm)
     for p in (connect, master, worker):
         p.add_argument("--log-dir", type=Path, default=Path(".data/spark"), help="logs and pid files")
 
@@ -214,6 +221,10 @@ def _configure_spark(parser: argparse.ArgumentParser) -> None:
 def _run_spark(args: argparse.Namespace) -> int:
     from ngsi_assets import spark_servers as s
 
+    if args.server == "warm-up":
+        from ngsi_assets import spark_warmup
+
+        return spark_warmup.run(args)
     if args.server == "connect-server":
         cmd = s.connect_server_command(args.port, host=args.host, master=args.master, driver_memory=args.driver_memory)
     elif args.server == "master":
@@ -285,7 +296,11 @@ COMMANDS: dict[str, Command] = {
     "materialize": Command(
         "run the main job (message store to every sink) for the landed hours", _configure_materialize, _run_materialize
     ),
-    "spark": Command("run a Spark Connect server or a standalone master or worker", _configure_spark, _run_spark),
+    "spark": Command(
+        "run a Spark Connect server or a standalone master or worker; warm a new server up",
+        _configure_spark,
+        _run_spark,
+    ),
     "config": Command("import configuration from other tools (a Cygnus agent.conf)", _configure_config, _run_config),
     "sth-api": Command(
         "serve STH-Comet's read API (aggregated and raw history) from MongoDB ($NGSI_MONGO_URL)",
