@@ -114,6 +114,13 @@ class EnvironmentVariables(BaseModel):
         "servers",
         "Port of the Spark Connect server make dev starts when NGSI_SPARK_REMOTE is unset.",
     )
+    spark_warm_up_runs: int = _var(
+        3,
+        "NGSI_SPARK_WARM_UP_RUNS",
+        "servers",
+        "Main-job runs on a throwaway sample that warm the Spark Connect server make dev starts, beside the "
+        "first real runs (ngsi-assets spark warm-up; its first runs are otherwise several times slower); 0: none.",
+    )
     sth_api_host: str = _var(
         "127.0.0.1", "NGSI_STH_API_HOST", "servers", "Address the STH API binds (make dev, with NGSI_MONGO_URL set)."
     )

@@ -60,6 +60,15 @@ if [[ -z ${NGSI_SPARK_REMOTE:-} ]]; then
         sleep 0.5
     done
     log "Spark Connect server on $NGSI_SPARK_REMOTE (log: $NGSI_DATA_ROOT/spark-connect.log)"
+    # A new server compiles Spark's code as the first runs use it (those are several times slower):
+    # a few runs on a throwaway sample pay that, beside the platform's first runs.
+    warm_up_runs=${NGSI_SPARK_WARM_UP_RUNS:-3}
+    if [[ $warm_up_runs -gt 0 ]]; then
+        setsid .venv/bin/ngsi-assets spark warm-up --runs "$warm_up_runs" \
+            >"$NGSI_DATA_ROOT/spark-warm-up.log" 2>&1 &
+        pids+=($!)
+        log "warming the Spark Connect server up with $warm_up_runs runs (log: $NGSI_DATA_ROOT/spark-warm-up.log)"
+    fi
 fi
 
 setsid .venv/bin/ngsi-assets serve --host "${NGSI_RECEIVER_HOST:-127.0.0.1}" --port "${NGSI_RECEIVER_PORT:-5050}" \
