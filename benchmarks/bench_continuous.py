@@ -9,7 +9,9 @@ sensor requests ``ngsi_increment_job`` runs of what landed since the previous on
 ``ngsi_derived_job`` runs per hour; ``dagster.yaml``'s queue runs one of each at a time). Both SQL sinks
 write historic tables and last data (``last_data_mode: both``, ``dm-by-entity-type``); STH aggregates
 stay in the lake, unless ``--mongo``: then the raw history and the STH aggregates are written to a
-MongoDB server (SecantusDB started here, or ``MONGO_URL``).
+MongoDB server (SecantusDB started here, or ``MONGO_URL``). Before the traffic, the new Connect
+server is warmed up with ``--warm-up-runs`` runs of the main job on a throwaway sample, as ``make dev``
+has ``ngsi-assets spark warm-up`` do (``--warm-up-runs 0``: a cold server meets the traffic).
 
 A load generator posts NGSI v2 notifications at ``--rate`` per second for ``--minutes``: one car of
 ``--cars`` per notification, round robin, four attributes (``seq``, speed, fuel, location text); ``seq``
@@ -54,6 +56,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_spark_modes import platform_env, start_connect_server, step_seconds  # noqa: E402
 from benchmarks.machine import describe_machine, stop_cleanly_on_sigterm, write_results  # noqa: E402
+from ngsi_assets.spark_warmup import DEFAULT_RUNS, warm_up  # noqa: E402
 
 BEGIN = "<!-- bench_continuous:begin -->"
 END = "<!-- bench_continuous:end -->"
@@ -538,6 +541,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="publish the raw history and the STH aggregates to MongoDB (SecantusDB, or MONGO_URL)",
     )
+    parser.add_argument(
+        "--warm-up-runs",
+        type=int,
+        default=DEFAULT_RUNS,
+        help=f"main-job runs that warm the new Connect server before the traffic, as `make dev` has it do "
+        f"(`ngsi-assets spark warm-up`; default {DEFAULT_RUNS}, 0: none)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument("--write-results", action="store_true")
     args = parser.parse_args(argv)
@@ -579,6 +589,9 @@ def main(argv: list[str] | None = None) -> int:
             extra["NGSI_MONGO_URL"] = os.environ["MONGO_URL"] if mongo is None else mongo_server_url(mongo)
             extra["NGSI_MONGO_RAW_ENABLED"] = "true"
         env = platform_env(home, landing, lake, extra)
+        warm_up_s = [r.seconds for r in warm_up(remote, args.warm_up_runs, base_env=env)] if args.warm_up_runs else []
+        if warm_up_s:
+            print(f"Connect server warmed: {', '.join(f'{s:.1f}' for s in warm_up_s)} s", flush=True)
         if args.run_launcher == "default":
             without_launcher(home / "dagster.yaml")
         bin_dir = Path(sys.executable).parent
@@ -652,6 +665,8 @@ def main(argv: list[str] | None = None) -> int:
             "run_launcher": args.run_launcher,
             "derived_interval": args.derived_interval,
             "mongo": args.mongo,
+            "warm_up_runs": args.warm_up_runs,
+            "warm_up_s": warm_up_s,
             "acknowledged": len(obs.acks),
             "refused": obs.refused,
             "freshness_s": {
@@ -722,6 +737,7 @@ def render(r: dict[str, Any]) -> str:
         + ("" if r.get("run_launcher", "platform") == "platform" else f" --run-launcher {r['run_launcher']}")
         + ("" if r.get("derived_interval") is None else f" --derived-interval {r['derived_interval']:g}")
         + (" --mongo" if r.get("mongo") else "")
+        + ("" if r.get("warm_up_runs", 0) == DEFAULT_RUNS else f" --warm-up-runs {r.get('warm_up_runs', 0)}")
         + "`: "
         "receiver, Dagster daemon with the sensors, one Spark Connect server, PostgreSQL and MariaDB "
         "(historic and last data, dm-by-entity-type), "
@@ -734,6 +750,8 @@ def render(r: dict[str, Any]) -> str:
         "| measure | value |",
         "|---|---|",
         f"| notifications acknowledged / refused | {r['acknowledged']} / {r['refused']} |",
+        f"| Connect server warm-up before the traffic: runs (s) | "
+        f"{', '.join(f'{s:.1f}' for s in r.get('warm_up_s', [])) or 'none'} |",
         f"| freshness p50 / p95 / max (s), {f['measured']} measured | {fmt(f['p50'])} / {fmt(f['p95'])} / "
         f"{fmt(f['max'])} |",
         f"| runs waiting (max during traffic) | {r['queue_max_waiting']} |",
