@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -181,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
         print("ngsi-assets spark warm-up: name the server with --remote sc://host:port or NGSI_SPARK_REMOTE",
               file=sys.stderr)  # fmt: skip
         return 2
+    # Stopped (make dev's Ctrl-C stops its process group): end through the clean-up, which deletes
+    # the sample and the throwaway lake and stops the run in flight.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         done = warm_up(remote, args.runs, args.notifications, log=True)
     except (ValueError, WarmUpError) as exc:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -121,3 +125,26 @@ def test_the_command_names_a_bad_server(capsys: pytest.CaptureFixture[str]) -> N
     assert "ngsi-assets spark warm-up: a Spark Connect server is named sc://host:port, not 'http://h:1'" in (
         capsys.readouterr().err
     )
+
+
+def test_a_stopped_warm_up_deletes_what_it_made(listener: str, tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("ngsi-assets")), "spark", "warm-up", "--remote", listener],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        # Its run is under way (it never ends: the port is no Spark server) once the sample has landed.
+        while not list(tmp_path.glob("ngsi-warm-up-*/home")) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        assert list(tmp_path.glob("ngsi-warm-up-*/home")), "the warm-up run did not start within 60 s"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert list(tmp_path.iterdir()) == []
