@@ -89,9 +89,9 @@ def server_address(remote: str) -> tuple[str, int]:
     return parsed.hostname, port
 
 
-def land_sample(landing: Path, notifications: int, seed: int = 7) -> int:
+def land_sample(landing: Path, notifications: int, seed: int = 7) -> None:
     """Land ``notifications`` generated requests of the demo city under ``landing`` through the
-    receiver's validation; how many were acknowledged."""
+    receiver's validation."""
     from ngsi_assets.demo.city import generate_city, write_jsonl
     from ngsi_assets.ingest.landing import LandingWriter
     from ngsi_assets.ingest.loader import load_paths
@@ -103,9 +103,8 @@ def land_sample(landing: Path, notifications: int, seed: int = 7) -> int:
     sample = landing.parent / "sample.jsonl"
     write_jsonl(requests, sample)
     with LandingWriter(landing) as writer:
-        report = load_paths([sample], writer, IngestSettings(guid_from_correlator=True), MessageIdFactory())
+        load_paths([sample], writer, IngestSettings(guid_from_correlator=True), MessageIdFactory())
     sample.unlink()
-    return report.accepted
 
 
 def warm_up(
@@ -135,6 +134,7 @@ def warm_up(
     work = Path(tempfile.mkdtemp(prefix="ngsi-warm-up-"))
     try:
         land_sample(work / "landing", notifications)
+        env = warm_up_env(remote, work, base_env)
         out = []
         for i in range(runs):
             for folder in ("lake", "home"):
@@ -144,7 +144,7 @@ def warm_up(
             try:
                 proc = subprocess.run(
                     [str(Path(sys.executable).with_name("ngsi-assets")), "materialize"],
-                    env=warm_up_env(remote, work, base_env),
+                    env=env,
                     capture_output=True,
                     text=True,
                     timeout=run_timeout_s,
