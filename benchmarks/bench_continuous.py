@@ -537,6 +537,19 @@ def main(argv: list[str] | None = None) -> int:
         help="NGSI_DERIVED_INTERVAL_S for the daemon (default: the platform's)",
     )
     parser.add_argument(
+        "--derived-share",
+        type=float,
+        default=None,
+        help="NGSI_DERIVED_SHARE for the daemon (default: the platform's; 1 with a short interval: derived "
+        "runs back to back)",
+    )
+    parser.add_argument(
+        "--derived-in-increments",
+        action="store_true",
+        help="NGSI_DERIVED_IN_INCREMENTS=true for the daemon: the increments fold the versioned entities and the "
+        "transaction history",
+    )
+    parser.add_argument(
         "--mongo",
         action="store_true",
         help="publish the raw history and the STH aggregates to MongoDB (SecantusDB, or MONGO_URL)",
@@ -582,6 +595,10 @@ def main(argv: list[str] | None = None) -> int:
             extra["NGSI_STEPS_SIDE_BY_SIDE"] = str(args.steps_side_by_side)
         if args.derived_interval is not None:
             extra["NGSI_DERIVED_INTERVAL_S"] = f"{args.derived_interval:g}"
+        if args.derived_share is not None:
+            extra["NGSI_DERIVED_SHARE"] = f"{args.derived_share:g}"
+        if args.derived_in_increments:
+            extra["NGSI_DERIVED_IN_INCREMENTS"] = "true"
         if args.mongo:
             mongo = None if os.environ.get("MONGO_URL") else start_secantus()
             if mongo is not None:
@@ -664,6 +681,8 @@ def main(argv: list[str] | None = None) -> int:
             "steps_side_by_side": args.steps_side_by_side,
             "run_launcher": args.run_launcher,
             "derived_interval": args.derived_interval,
+            "derived_share": args.derived_share,
+            "derived_in_increments": args.derived_in_increments,
             "mongo": args.mongo,
             "warm_up_runs": args.warm_up_runs,
             "warm_up_s": warm_up_s,
@@ -736,6 +755,8 @@ def render(r: dict[str, Any]) -> str:
         + ("" if r.get("steps_side_by_side") is None else f" --steps-side-by-side {r['steps_side_by_side']}")
         + ("" if r.get("run_launcher", "platform") == "platform" else f" --run-launcher {r['run_launcher']}")
         + ("" if r.get("derived_interval") is None else f" --derived-interval {r['derived_interval']:g}")
+        + ("" if r.get("derived_share") is None else f" --derived-share {r['derived_share']:g}")
+        + (" --derived-in-increments" if r.get("derived_in_increments") else "")
         + (" --mongo" if r.get("mongo") else "")
         + ("" if r.get("warm_up_runs", 0) == DEFAULT_RUNS else f" --warm-up-runs {r.get('warm_up_runs', 0)}")
         + "`: "

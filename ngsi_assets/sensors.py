@@ -64,6 +64,8 @@ INGEST_LANE = "ngsi/ingest-lane"
 DERIVED_LANE = "ngsi/derived-lane"
 REPAIR_TAG = "ngsi/repair"
 BASE_INCREMENT_ASSETS = ("message_store", "ngsi_events", "last_data", "historic_tables", "mongo_raw")
+# The assets built from the versioned entities' fold: the derived runs' own, unless the increments take them.
+FOLDED_ASSETS = ("versioned_entities", "transaction_history")
 
 
 class ContinuousSettings(VariableSettings):
@@ -125,6 +127,17 @@ class ContinuousSettings(VariableSettings):
         "derived runs do (shorter increment runs, fresher last data).",
     )
 
+    # Where the versioned entities and the transaction history are brought up to date: in the derived
+    # runs (the default: a minute or more behind, the increments kept short), or in every increment
+    # (as fresh as an increment, each increment longer by those steps). Read when the definitions load.
+    derived_in_increments: bool = Field(
+        False,
+        alias="NGSI_DERIVED_IN_INCREMENTS",
+        description="true: every increment run also folds its notifications into the versioned entities and the "
+        "transaction history (an increment behind, longer increments); false: the derived runs do (a minute or "
+        "more behind).",
+    )
+
     def derived_interval(self, last_run_s: float | None) -> float:
         """Seconds between two derived runs of an hour, after one that took ``last_run_s`` (None: none
         finished yet)."""
@@ -133,7 +146,22 @@ class ContinuousSettings(VariableSettings):
     @property
     def increment_assets(self) -> tuple[str, ...]:
         """The assets of ``ngsi_increment_job``; the rest of the platform is the derived lane's."""
-        return (*BASE_INCREMENT_ASSETS, *(("sth_aggregates",) if self.sth_in_increments else ()))
+        return (
+            *BASE_INCREMENT_ASSETS,
+            *(("sth_aggregates",) if self.sth_in_increments else ()),
+            *(FOLDED_ASSETS if self.derived_in_increments else ()),
+        )
+
+    @property
+    def derived_assets(self) -> tuple[str, ...]:
+        """The assets the derived runs bring up to date: those the increments leave (none when the
+        increments take them all, and then the landing sensor asks for no derived run)."""
+        return tuple(a for a in ("sth_aggregates", *FOLDED_ASSETS) if a not in self.increment_assets)
+
+    def increment_tags(self) -> dict[str, str]:
+        """The lanes an increment run holds: the ingest lane, and the derived lane too when it folds the
+        versioned entities (a reprocessing run, which folds them as well, must not run beside it)."""
+        return {INGEST_LANE: "1", **({DERIVED_LANE: "1"} if self.derived_in_increments else {})}
 
 
 INCREMENT_ASSETS = ContinuousSettings.from_env(os.environ).increment_assets
@@ -142,8 +170,9 @@ increment_job = define_asset_job(
     "ngsi_increment_job",
     selection=AssetSelection.assets(*INCREMENT_ASSETS) - FRESHNESS_CHECKS,
     description="Continuous mode: what landed since the previous increment (run tag ngsi/increment) through the "
-    "message store, the NGSI events, last data, historic tables, the raw MongoDB history and (unless "
-    "NGSI_STH_IN_INCREMENTS=false) the STH aggregates.",
+    "message store, the NGSI events, last data, historic tables, the raw MongoDB history, (unless "
+    "NGSI_STH_IN_INCREMENTS=false) the STH aggregates and (with NGSI_DERIVED_IN_INCREMENTS=true) the versioned "
+    "entities and the transaction history.",
 )
 derived_job = define_asset_job(
     "ngsi_derived_job",
@@ -331,7 +360,7 @@ def plan_landing_runs(
                 increment_job.name,
                 increment_hour,
                 f"{increment_hour}@{inc.id}",
-                {INCREMENT_TAG: inc.to_tag(), EXTENDS_TAG: "1", INGEST_LANE: "1"},
+                {INCREMENT_TAG: inc.to_tag(), EXTENDS_TAG: "1", **settings.increment_tags()},
             )
         )
         for name, (_, end) in inc.ranges.items():
@@ -341,7 +370,7 @@ def plan_landing_runs(
     for hour in migrated:  # the whole-hour run computes the derived assets too
         derived[hour] = _positions_digest(positions, hour)
         derived_at[hour] = now.timestamp()
-    if not open_runs.derived_waiting:
+    if settings.derived_assets and not open_runs.derived_waiting:
         interval = settings.derived_interval(open_runs.last_derived_s)
         for hour in sorted({segment_hour(n) for n in positions}):
             digest = _positions_digest(positions, hour)
@@ -439,7 +468,10 @@ def open_landing_runs(instance: DagsterInstance) -> OpenRuns:
     return OpenRuns(
         ingest_waiting=any(r.status in _WAITING_RUN_STATUSES for r in ingest),
         ingest_hours=frozenset(r.tags[PARTITION_TAG] for r in ingest if PARTITION_TAG in r.tags),
-        derived_waiting=any(r.status in _WAITING_RUN_STATUSES for r in runs if DERIVED_LANE in r.tags),
+        # (An increment that also holds the derived lane is the ingest lane's: NGSI_DERIVED_IN_INCREMENTS.)
+        derived_waiting=any(
+            r.status in _WAITING_RUN_STATUSES for r in runs if DERIVED_LANE in r.tags and INCREMENT_TAG not in r.tags
+        ),
         last_derived_s=last_derived_run_s(instance),
     )
 

@@ -33,6 +33,7 @@ from ngsi_assets.sensors import (
     LandingCursor,
     OpenRuns,
     landing_sensor,
+    open_landing_runs,
     plan_landing_runs,
     repair_requests,
 )
@@ -221,6 +222,49 @@ def test_steady_traffic_gets_its_derived_runs_beside_the_increments() -> None:
     derived_ticks = [tick for tick, jobs in asked if "ngsi_derived_job" in jobs]
     # Not in the first tick (nothing to fold yet), then every 300 s.
     assert derived_ticks == [5, 305, 605]
+
+
+def test_increments_that_fold_the_versioned_entities_hold_both_lanes_and_no_derived_run_is_asked_for() -> None:
+    """NGSI_DERIVED_IN_INCREMENTS (with the STH aggregates in the increments, the default): the
+    increments take every asset, so no derived run is asked for, under traffic or when the hour
+    closes; each increment holds the derived lane too (a reprocessing run must not fold beside it)."""
+    settings = ContinuousSettings(derived_interval_s=60, hour_grace_s=120, derived_in_increments=True)
+    assert settings.derived_assets == ()
+    assert {"versioned_entities", "transaction_history"} <= set(settings.increment_assets)
+    t = BASE + timedelta(minutes=10)
+    cursor = LandingCursor()
+    asked = []
+    for tick in range(0, 700, 5):
+        requests, cursor = _plan([_seg(0, "a", 10 + tick)], cursor, now=t + timedelta(seconds=tick), settings=settings)
+        asked += requests
+    requests, cursor = _plan([_seg(0, "a", 705)], cursor, now=BASE + timedelta(hours=1, minutes=5), settings=settings)
+    asked += requests
+    assert {r.job_name for r in asked} == {"ngsi_increment_job"} and len(asked) == 140
+    assert all({INGEST_LANE, DERIVED_LANE, INCREMENT_TAG} <= set(r.tags) for r in asked)
+    # With the STH aggregates left to the derived runs, those still come (every interval).
+    sth_derived = ContinuousSettings(derived_interval_s=60, derived_in_increments=True, sth_in_increments=False)
+    assert sth_derived.derived_assets == ("sth_aggregates",)
+    cursor = LandingCursor()
+    derived_ticks = []
+    for tick in range(0, 200, 5):
+        now = t + timedelta(seconds=tick)
+        requests, cursor = _plan([_seg(0, "a", 10 + tick)], cursor, now=now, settings=sth_derived)
+        derived_ticks += [tick for r in requests if r.job_name == "ngsi_derived_job"]
+    assert derived_ticks == [5, 65, 125, 185]
+
+
+def test_a_waiting_increment_holding_the_derived_lane_does_not_hold_back_derived_runs(tmp_path: Path) -> None:
+    """An increment that holds the derived lane (NGSI_DERIVED_IN_INCREMENTS) is the ingest lane's run:
+    waiting, it is not a waiting derived run (under steady traffic one increment nearly always waits)."""
+    t = Ticks(tmp_path)
+    tags = {INCREMENT_TAG: "{}", INGEST_LANE: "1", DERIVED_LANE: "1"}
+    t.put(RunRequest(run_key="i", job_name="ngsi_increment_job", partition_key=_key(0), tags=tags),
+          DagsterRunStatus.NOT_STARTED)  # fmt: skip
+    runs = open_landing_runs(t.instance)
+    assert runs.ingest_waiting and not runs.derived_waiting
+    t.put(RunRequest(run_key="d", job_name="ngsi_derived_job", partition_key=_key(0), tags={DERIVED_LANE: "1"}),
+          DagsterRunStatus.NOT_STARTED)  # fmt: skip
+    assert open_landing_runs(t.instance).derived_waiting
 
 
 def test_a_long_derived_run_spaces_out_the_next_ones_to_its_share_of_the_time() -> None:
@@ -576,15 +620,19 @@ print(json.dumps({n: sorted(k.to_user_string() for k in defs.resolve_job_def(n).
 """
 
 
-@pytest.mark.parametrize("in_increments", ["true", "false"])
-def test_the_sth_aggregates_go_with_the_increments_or_the_derived_runs(in_increments: str) -> None:
-    """NGSI_STH_IN_INCREMENTS, read when the definitions load, puts sth_aggregates in one job or the other."""
-    env = {**os.environ, "NGSI_STH_IN_INCREMENTS": in_increments}
+@pytest.mark.parametrize(
+    ("sth", "derived"), [("true", "false"), ("false", "false"), ("true", "true"), ("false", "true")]
+)
+def test_the_sth_aggregates_and_the_folded_assets_go_with_the_increments_or_the_derived_runs(
+    sth: str, derived: str
+) -> None:
+    """NGSI_STH_IN_INCREMENTS and NGSI_DERIVED_IN_INCREMENTS, read when the definitions load, put
+    sth_aggregates, and the versioned entities with the transaction history, in one job or the other."""
+    env = {**os.environ, "NGSI_STH_IN_INCREMENTS": sth, "NGSI_DERIVED_IN_INCREMENTS": derived}
     out = subprocess.run([sys.executable, "-c", _JOB_ASSETS], env=env, capture_output=True, text=True, check=True)
     jobs = json.loads(out.stdout.strip().splitlines()[-1])
-    sinks = ["historic_tables", "last_data", "message_store", "mongo_raw", "ngsi_events"]
-    derived = ["transaction_history", "versioned_entities"]
-    if in_increments == "true":
-        assert jobs == {"ngsi_increment_job": sorted([*sinks, "sth_aggregates"]), "ngsi_derived_job": derived}
-    else:
-        assert jobs == {"ngsi_increment_job": sinks, "ngsi_derived_job": sorted(["sth_aggregates", *derived])}
+    increments = ["historic_tables", "last_data", "message_store", "mongo_raw", "ngsi_events"]
+    derived_runs = []
+    (increments if sth == "true" else derived_runs).append("sth_aggregates")
+    (increments if derived == "true" else derived_runs).extend(["transaction_history", "versioned_entities"])
+    assert jobs == {"ngsi_increment_job": sorted(increments), "ngsi_derived_job": sorted(derived_runs)}

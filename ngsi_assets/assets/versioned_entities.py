@@ -41,7 +41,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from ngsi_assets.assets.ingest import message_store, ngsi_events
 from ngsi_assets.freshness import hours_received, received_metadata
-from ngsi_assets.increments import NEW_INCREMENTS_TAG, FoldPlan, side_by_side_width
+from ngsi_assets.increments import INCREMENT_TAG, NEW_INCREMENTS_TAG, FoldPlan, side_by_side_width
 from ngsi_assets.ngsi.constants import MessageStatus
 from ngsi_assets.ngsi.entity_schema import (
     DELETED,
@@ -1076,7 +1076,8 @@ def versioned_entities(
         schema,
         versioning.bucket_count(lake),
         keys,
-        new_only=bool(context.run.tags.get(NEW_INCREMENTS_TAG)),
+        # A derived run, or an increment run that folds its own increment (NGSI_DERIVED_IN_INCREMENTS).
+        new_only=bool(context.run.tags.get(NEW_INCREMENTS_TAG) or context.run.tags.get(INCREMENT_TAG)),
         workers=side_by_side_width(context.run.tags),
     )
     outcomes, log = folding.outcomes, folding.log

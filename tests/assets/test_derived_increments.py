@@ -227,6 +227,22 @@ def test_batches_of_increments_equal_the_whole_hour(spark: SparkSession, whole_h
         assert p.tables(spark) == expected
 
 
+def test_increment_runs_that_fold_their_own_increment_equal_the_whole_hour(
+    spark: SparkSession, whole_hour: WholeHour, tmp_path: Path
+) -> None:
+    """With NGSI_DERIVED_IN_INCREMENTS the increment runs hold the versioned entities: each folds its
+    own increment (tagged ngsi/increment, no derived run) and the tables equal one whole-hour run; an
+    increment run again folds nothing new and changes nothing."""
+    expected = _landed(whole_hour, tmp_path)
+    p = Lake(tmp_path, "in-increments")
+    increments = split_into_increments(p.landing, random.Random(3), parts=5)
+    folded = [p.run([message_store, ngsi_events, versioned_entities], inc)["folded"] for inc in increments]
+    assert folded == ["1 increments"] * len(increments)
+    assert p.tables(spark) == expected
+    assert p.run([message_store, ngsi_events, versioned_entities], increments[1])["folded"] == "nothing new"
+    assert p.tables(spark) == expected
+
+
 def _first_of_four_folded(whole_hour: WholeHour, tmp_path: Path, name: str) -> tuple[Lake, dict[str, list], list]:
     """The whole hour's tables; a lake with the first of four increments folded; the other three."""
     expected = _landed(whole_hour, tmp_path)
