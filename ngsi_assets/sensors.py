@@ -127,11 +127,13 @@ class ContinuousSettings(VariableSettings):
         "derived runs do (shorter increment runs, fresher last data).",
     )
 
-    # Where the versioned entities and the transaction history are brought up to date: in the derived
-    # runs (the default: a minute or more behind, the increments kept short), or in every increment
-    # (as fresh as an increment, each increment longer by those steps). Read when the definitions load.
+    # Where the versioned entities and the transaction history are brought up to date: in every
+    # increment (an increment behind, each increment longer by those steps), or in the derived runs
+    # (as often as their cost allows, a minute or more behind). Measured at 100 and 300 notifications/s
+    # on two cores (BENCHMARKS.md, "Continuous operation"): the increments fresher for the same last
+    # data, and nothing left unfolded when the traffic stops. Read when the definitions load.
     derived_in_increments: bool = Field(
-        False,
+        True,
         alias="NGSI_DERIVED_IN_INCREMENTS",
         description="true: every increment run also folds its notifications into the versioned entities and the "
         "transaction history (an increment behind, longer increments); false: the derived runs do (a minute or "

@@ -82,16 +82,22 @@ def test_reports_are_made_on_change_and_every_report_interval() -> None:
 
 
 def test_the_derived_lanes_assets_get_the_derived_interval_on_top_of_the_limit() -> None:
-    limits = asset_limits({"NGSI_FRESHNESS_LIMIT_S": "45", "NGSI_DERIVED_INTERVAL_S": "30"})
+    # By default the increments hold every followed asset: one limit for all.
+    default = asset_limits({"NGSI_FRESHNESS_LIMIT_S": "45", "NGSI_DERIVED_INTERVAL_S": "30"})
+    assert set(default.values()) == {45} and set(default) == set(FOLLOWED)
+    derived_runs = {
+        "NGSI_FRESHNESS_LIMIT_S": "45",
+        "NGSI_DERIVED_INTERVAL_S": "30",
+        "NGSI_DERIVED_IN_INCREMENTS": "false",
+    }
+    limits = asset_limits(derived_runs)
     assert limits["last_data"] == limits["message_store"] == limits["sth_aggregates"] == 45
     assert limits["versioned_entities"] == limits["transaction_history"] == 75
-    back = asset_limits(
-        {"NGSI_FRESHNESS_LIMIT_S": "45", "NGSI_DERIVED_INTERVAL_S": "30", "NGSI_STH_IN_INCREMENTS": "false"}
-    )
+    back = asset_limits({**derived_runs, "NGSI_STH_IN_INCREMENTS": "false"})
     assert back["sth_aggregates"] == 75 and back["last_data"] == 45, "STH aggregates in the derived runs"
     assert set(limits) == set(FOLLOWED)
     # After a derived run of 20 s: it waits 80 s (a quarter of the time), and the run itself is on top.
-    after = asset_limits({"NGSI_FRESHNESS_LIMIT_S": "45", "NGSI_DERIVED_INTERVAL_S": "30"}, last_derived_s=20.0)
+    after = asset_limits(derived_runs, last_derived_s=20.0)
     assert after["versioned_entities"] == 45 + 80 + 20 and after["last_data"] == 45
     # A lag of 60 s fails last data's check and passes the versioned entities'.
     found = {"last_data": Lag(60.0, "h", 1.0), "versioned_entities": Lag(60.0, "h", 1.0)}
@@ -106,6 +112,7 @@ def test_the_checks_take_the_derived_cadence_from_the_newest_finished_derived_ru
 ) -> None:
     for name in ("NGSI_FRESHNESS_LIMIT_S", "NGSI_DERIVED_INTERVAL_S", "NGSI_DERIVED_SHARE", "NGSI_STH_IN_INCREMENTS"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NGSI_DERIVED_IN_INCREMENTS", "false")
     instance = DagsterInstance.ephemeral()
     assert instance_limits(instance)["versioned_entities"] == 60 + 60
     finished_run(instance, "derived-1", "ngsi_derived_job", 40.0)

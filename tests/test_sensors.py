@@ -41,7 +41,8 @@ from resources.landing import LandingZoneResource
 from tests.support.runs import finished_run
 
 BASE = datetime(2026, 3, 1, 0, 0, tzinfo=UTC)
-SETTINGS = ContinuousSettings(derived_interval_s=300, hour_grace_s=120)
+# The derived runs' cadence, with the versioned entities left to them (NGSI_DERIVED_IN_INCREMENTS=false).
+SETTINGS = ContinuousSettings(derived_interval_s=300, hour_grace_s=120, derived_in_increments=False)
 
 
 def _seg(hour: int, name: str, size: int) -> SegmentInfo:
@@ -225,11 +226,11 @@ def test_steady_traffic_gets_its_derived_runs_beside_the_increments() -> None:
 
 
 def test_increments_that_fold_the_versioned_entities_hold_both_lanes_and_no_derived_run_is_asked_for() -> None:
-    """NGSI_DERIVED_IN_INCREMENTS (with the STH aggregates in the increments, the default): the
+    """NGSI_DERIVED_IN_INCREMENTS (the default, with the STH aggregates in the increments): the
     increments take every asset, so no derived run is asked for, under traffic or when the hour
     closes; each increment holds the derived lane too (a reprocessing run must not fold beside it)."""
-    settings = ContinuousSettings(derived_interval_s=60, hour_grace_s=120, derived_in_increments=True)
-    assert settings.derived_assets == ()
+    settings = ContinuousSettings(derived_interval_s=60, hour_grace_s=120)
+    assert settings.derived_in_increments and settings.derived_assets == ()
     assert {"versioned_entities", "transaction_history"} <= set(settings.increment_assets)
     t = BASE + timedelta(minutes=10)
     cursor = LandingCursor()
@@ -270,7 +271,9 @@ def test_a_waiting_increment_holding_the_derived_lane_does_not_hold_back_derived
 def test_a_long_derived_run_spaces_out_the_next_ones_to_its_share_of_the_time() -> None:
     """Derived runs are at least the least interval apart, and a run that took long makes the next one
     wait its duration over ``derived_share``: the derived lane keeps to its part of the machine."""
-    settings = ContinuousSettings(derived_interval_s=60, derived_share=0.25, hour_grace_s=120)
+    settings = ContinuousSettings(
+        derived_interval_s=60, derived_share=0.25, hour_grace_s=120, derived_in_increments=False
+    )
     assert settings.derived_interval(None) == 60
     assert settings.derived_interval(10.0) == 60
     assert settings.derived_interval(40.0) == 160
@@ -573,7 +576,7 @@ def test_a_run_whose_process_died_is_canceled_and_its_increment_repaired(
 def test_derived_runs_fold_new_increments_at_the_configured_width_and_bad_widths_are_refused() -> None:
     a = _seg(0, "a", 10)
     t = BASE + timedelta(minutes=10)
-    wide = ContinuousSettings.from_env({"NGSI_DERIVED_SIDE_BY_SIDE": "3"})
+    wide = ContinuousSettings.from_env({"NGSI_DERIVED_SIDE_BY_SIDE": "3", "NGSI_DERIVED_IN_INCREMENTS": "false"})
     busy = OpenRuns(ingest_hours=frozenset({_key(0)}))
     _, cursor = _plan([a], now=t, settings=wide)
     (derived,) = _plan([a], cursor, now=t + timedelta(seconds=10), open_runs=busy, settings=wide)[0]
