@@ -829,7 +829,13 @@ def render(r: dict[str, Any]) -> str:
                 )
                 + ".",
             ]
-            if r.get("derived")
+            if (r.get("derived") or {}).get("runs")
+            else [
+                "",
+                "No derived runs: the increments fold the versioned entities and the transaction history "
+                "(`NGSI_DERIVED_IN_INCREMENTS`).",
+            ]
+            if "versioned_entities" in r.get("increment_steps_median_s", {})
             else []
         ),
         *(
