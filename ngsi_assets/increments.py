@@ -45,6 +45,14 @@ SIDE_BY_SIDE_TAG = "ngsi/side-by-side"
 # the STH aggregates) has not folded yet, on top of what it folded before; a run without the tag folds
 # its hours whole.
 NEW_INCREMENTS_TAG = "ngsi/new-increments"
+
+
+def folds_new_increments(tags: Mapping[str, str]) -> bool:
+    """Whether a run with ``tags`` folds only the increments a derived asset has not folded yet: a
+    derived run, or an increment run (its own increment, and any an earlier run did not get to)."""
+    return bool(tags.get(NEW_INCREMENTS_TAG) or tags.get(INCREMENT_TAG))
+
+
 # In each hour folder of a derived asset's ledger dataset: what of the hour the asset holds (``HourContent``).
 FOLDED_FILE = "_folded.json"
 

@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 
 from ngsi_assets.assets.ingest import ngsi_events
 from ngsi_assets.freshness import hours_received, received_metadata
-from ngsi_assets.increments import INCREMENT_TAG, NEW_INCREMENTS_TAG, FoldPlan
+from ngsi_assets.increments import FoldPlan, folds_new_increments
 from ngsi_assets.ngsi.sth_config import Resolution, STHConfig
 from ngsi_assets.partitions import hourly_partitions
 from ngsi_assets.sinks.mongo_bulk import existing_collections
@@ -257,7 +257,7 @@ def sth_aggregates(
     now = datetime.now(UTC)
     # Continuous mode's increment runs (and derived runs) aggregate what the hour's ledger does not
     # name yet: the run's own increment, and any an earlier run did not get to.
-    new_only = bool(context.run.tags.get(NEW_INCREMENTS_TAG) or context.run.tags.get(INCREMENT_TAG))
+    new_only = folds_new_increments(context.run.tags)
 
     # Runs of different hours share rollup buckets (a month's, a year's) and documents: one at a time.
     with lake.exclusive(ROLLUPS):

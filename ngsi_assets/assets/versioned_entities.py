@@ -41,7 +41,7 @@ from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from ngsi_assets.assets.ingest import message_store, ngsi_events
 from ngsi_assets.freshness import hours_received, received_metadata
-from ngsi_assets.increments import INCREMENT_TAG, NEW_INCREMENTS_TAG, FoldPlan, side_by_side_width
+from ngsi_assets.increments import FoldPlan, folds_new_increments, side_by_side_width
 from ngsi_assets.ngsi.constants import MessageStatus
 from ngsi_assets.ngsi.entity_schema import (
     DELETED,
@@ -1077,7 +1077,7 @@ def versioned_entities(
         versioning.bucket_count(lake),
         keys,
         # A derived run, or an increment run that folds its own increment (NGSI_DERIVED_IN_INCREMENTS).
-        new_only=bool(context.run.tags.get(NEW_INCREMENTS_TAG) or context.run.tags.get(INCREMENT_TAG)),
+        new_only=folds_new_increments(context.run.tags),
         workers=side_by_side_width(context.run.tags),
     )
     outcomes, log = folding.outcomes, folding.log
